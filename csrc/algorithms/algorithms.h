@@ -1,0 +1,47 @@
+// Collective algorithms over a Comm. They move bytes only through Transport (never sockets) and reduce
+// only through common/reduce.h. All buffers are host memory. All calls are collective over comm and
+// blocking until done or `deadline`; a failure throws HvdError (the engine adds op/name context).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+#include "algorithms/tuning.h"
+#include "common/types.h"
+#include "transport/transport.h"
+
+namespace phv {
+
+// In place: buf (count elements of dt) becomes the reduction over all ranks. op: SUM/MIN/MAX/PRODUCT
+// (AVERAGE is SUM + scale_buffer by the caller). Chooses the small-message algorithm or the pipelined
+// ring by size (tuning.h).
+void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
+               Deadline deadline);
+
+// Pipelined ring (reduce-scatter then allgather), and the latency-optimal small-message algorithm;
+// exposed for tests and benchmarks. allreduce() picks between them.
+void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
+                    Deadline deadline);
+void small_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline);
+
+// recv receives the concatenation of every rank's block in rank order; bytes_per_rank[r] is rank r's
+// block size (blocks may differ, may be 0). send holds my block (bytes_per_rank[comm.rank()] bytes);
+// send may alias recv + offset of my block.
+void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
+                const Tuning& tuning, Deadline deadline);
+
+// buf (bytes) on root is copied to every rank's buf.
+void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline);
+
+// send_bytes[r]: how many bytes of `send` (consecutive blocks, rank order) go to rank r;
+// recv_bytes[r]: how many bytes arrive from rank r into `recv` (consecutive blocks, rank order).
+void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
+               const std::vector<size_t>& recv_bytes, Deadline deadline);
+
+// Every rank passes the full input (sum of counts elements); rank r receives block r (counts[r]
+// elements, blocks consecutive in rank order) of the reduction. Ring reduce-scatter, pipelined.
+void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
+                   DataType dt, ReduceOp op, const Tuning& tuning, Deadline deadline);
+
+void barrier(const Comm& comm, Deadline deadline);
+
+}  // namespace phv

@@ -1,0 +1,65 @@
+// The background engine: one thread per process owns the request queue, negotiates with the other ranks
+// which named requests are ready everywhere, fuses small allreduces, runs collectives on the backend and
+// completes handles. See design.md section 3.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include "backends/backend.h"
+#include "common/logging.h"
+#include "engine/request.h"
+
+namespace phv {
+
+struct EngineOptions {
+  ConnectOptions connect;
+  int cross_rank = 0;
+  int cross_size = 1;
+  int64_t fusion_threshold_bytes = 128 << 20;  // HOROVOD_FUSION_THRESHOLD; 0 disables fusion
+  double cycle_time_ms = 1.0;                  // HOROVOD_CYCLE_TIME
+  int cache_capacity = 1024;                   // HOROVOD_CACHE_CAPACITY; 0 disables the response cache
+  double stall_check_s = 60;                   // HOROVOD_STALL_CHECK_TIME_SECONDS
+  double stall_shutdown_s = 0;                 // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; 0: never
+  bool stall_check_disable = false;            // HOROVOD_STALL_CHECK_DISABLE
+  std::string timeline_path;                   // HOROVOD_TIMELINE ("" off)
+  bool timeline_mark_cycles = false;           // HOROVOD_TIMELINE_MARK_CYCLES
+  double timeout_s = 300;                      // PYHOROVOD_TIMEOUT_SECONDS: default per-collective deadline
+  bool dynamic_process_sets = false;           // HOROVOD_DYNAMIC_PROCESS_SETS
+  std::vector<std::vector<int>> process_sets;  // static process sets registered at init (ids 1, 2, ...)
+  LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL
+};
+
+using Handle = int64_t;
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);  // collective: connects and starts the thread
+  ~Engine();                                      // shutdown() if still running
+
+  // Returns at once. Throws HvdError(INVALID_ARGUMENT) for bad arguments or a name already in flight.
+  Handle enqueue(Request request, double timeout_s /* <=0: options.timeout_s */);
+  bool poll(Handle handle);
+  // Waits (caller must not hold the GIL). Throws the request's error. Releases the handle.
+  Result wait(Handle handle);
+
+  int add_process_set(const std::vector<int>& ranks);  // collective over all ranks; returns id
+  void remove_process_set(int id);                      // collective over all ranks
+  std::vector<int> process_set_ranks(int id) const;
+  std::vector<int> process_set_ids() const;
+
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
+
+  // Stops the thread after the ranks agree (or after a timeout); pending handles fail with SHUTDOWN.
+  void shutdown();
+
+  int rank() const;
+  int size() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace phv

@@ -1,0 +1,61 @@
+// Point-to-point byte movement between the ranks of one job.
+//
+// Model: non-blocking posts plus an explicit progress call, so one thread can keep a send to the right
+// neighbour and a receive from the left neighbour moving at the same time (a blocking send deadlocks a
+// ring as soon as a segment exceeds the socket buffer).
+//
+// Ordering: messages between one ordered pair (me -> peer) complete in the order they were posted, and a
+// posted receive matches the next message from that peer. Lengths are known to both sides; every message
+// carries a small header (magic, length, sequence number) so a length mismatch is an error, not corruption.
+//
+// Errors: progress() throws HvdError with kind TIMEOUT when the deadline passes, PEER_LOST when a peer's
+// connection closes or fails, naming our rank, the peer rank and its address.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "common/types.h"
+
+namespace phv {
+
+using RequestId = uint64_t;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;  // global rank
+  virtual int size() const = 0;  // global size
+
+  // buf must stay valid (and untouched) until the request completes. len may be 0.
+  virtual RequestId post_send(int peer, const void* buf, size_t len) = 0;
+  virtual RequestId post_recv(int peer, void* buf, size_t len) = 0;
+
+  // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
+  // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.
+  virtual void progress(std::vector<RequestId>& completed, Deadline deadline) = 0;
+
+  // Number of posted requests not yet completed.
+  virtual size_t pending() const = 0;
+
+  // Human-readable peer description for error messages, e.g. "rank 3 (127.0.0.1:41234)".
+  virtual std::string describe_peer(int peer) const = 0;
+
+  // Blocks until every id in `ids` has completed (ids not yet reported by an earlier progress() call).
+  // Implemented on top of progress().
+  void wait_all(const std::vector<RequestId>& ids, Deadline deadline);
+};
+
+// A group of ranks that run collectives together: the global set or a process set. Algorithms speak in
+// set ranks 0..size()-1; global() maps them to transport ranks.
+struct Comm {
+  Transport* transport = nullptr;
+  std::vector<int> members;  // global ranks, ascending
+  int my_index = 0;          // my position in members
+
+  int size() const { return static_cast<int>(members.size()); }
+  int rank() const { return my_index; }
+  int global(int set_rank) const { return members[set_rank]; }
+};
+
+}  // namespace phv

@@ -1,0 +1,18 @@
+// CPU-only builds: the GPU backend is absent, and asking for it says how to get it.
+#ifndef PHV_WITH_NCCL
+#include "backends/gpu_backend.h"
+#include "common/error.h"
+
+namespace phv {
+
+std::unique_ptr<GpuBackend> make_gpu_backend(Store&, const std::string&, int, int, double) {
+  throw_error(ErrorKind::INVALID_ARGUMENT,
+              "pyhorovod was built without the GPU backend (NCCL), so CUDA tensors are not supported; "
+              "rebuild with nvcc and NCCL present (pip install nvidia-nccl-cu13) and "
+              "PYHOROVOD_WITH_NCCL=ON to make the build fail loudly when they are missing");
+}
+
+bool gpu_backend_built() { return false; }
+
+}  // namespace phv
+#endif

@@ -1,0 +1,282 @@
+// NCCL implementation of GpuBackend (built only with PYHOROVOD_WITH_NCCL; see cmake/nccl.cmake).
+//
+// Copies per fused allreduce of k entries: k device-to-device copies in, one NCCL allreduce in place,
+// k copies out (a single entry skips the fusion buffer: at most one copy in->out, then in place).
+// Waiting is a poll of cudaEventQuery against the deadline, so a peer that never joins turns into a
+// TIMEOUT (after ncclCommAbort) instead of a hang.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "backends/cuda_kernels.h"
+#include "backends/gpu_backend.h"
+#include "common/error.h"
+
+namespace phv {
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw_error(ErrorKind::INTERNAL, "CUDA error in ", what, ": ", cudaGetErrorString(err));
+}
+
+void check_nccl(ncclResult_t res, const char* what) {
+  if (res != ncclSuccess) throw_error(ErrorKind::INTERNAL, "NCCL error in ", what, ": ", ncclGetErrorString(res));
+}
+
+// NCCL has no int16 or bool: bool travels as uint8 (SUM/MAX -> max = logical or, MIN/PRODUCT -> min =
+// logical and); int16 is refused, as in Horovod.
+ncclDataType_t nccl_type(DataType dt) {
+  switch (dt) {
+    case DataType::UINT8: case DataType::BOOL: return ncclUint8;
+    case DataType::INT8: return ncclInt8;
+    case DataType::INT32: return ncclInt32;
+    case DataType::INT64: return ncclInt64;
+    case DataType::FLOAT16: return ncclFloat16;
+    case DataType::BFLOAT16: return ncclBfloat16;
+    case DataType::FLOAT32: return ncclFloat32;
+    case DataType::FLOAT64: return ncclFloat64;
+    default: throw_error(ErrorKind::INVALID_ARGUMENT, dtype_name(dt), " is not supported by the NCCL backend");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op, DataType dt) {
+  if (dt == DataType::BOOL) return (op == ReduceOp::SUM || op == ReduceOp::MAX) ? ncclMax : ncclMin;
+  switch (op) {
+    case ReduceOp::SUM: case ReduceOp::AVERAGE: return ncclSum;  // AVERAGE: engine adds postscale 1/n
+    case ReduceOp::MIN: return ncclMin;
+    case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::PRODUCT: return ncclProd;
+  }
+  throw_error(ErrorKind::INVALID_ARGUMENT, "unknown reduce op");
+}
+
+class NcclBackend : public GpuBackend {
+ public:
+  NcclBackend(Store& store, std::string prefix, int global_rank, int device, double timeout_s)
+      : store_(store), prefix_(std::move(prefix)), global_rank_(global_rank), device_(device), timeout_s_(timeout_s) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+
+  ~NcclBackend() override {
+    for (auto& kv : comms_) ncclCommDestroy(kv.second);
+    if (fusion_) cudaFree(fusion_);
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(stream_);
+  }
+
+  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
+                 double prescale, double postscale, intptr_t producer) override {
+    begin(producer);
+    ncclComm_t nc = nccl_comm(comm);
+    size_t esize = dtype_size(dt);
+    void* buf;
+    size_t total = 0;
+    for (const auto& e : entries) total += e.count;
+    if (entries.size() == 1) {
+      buf = entries[0].output;
+      if (entries[0].input != entries[0].output)
+        check_cuda(cudaMemcpyAsync(buf, entries[0].input, total * esize, cudaMemcpyDeviceToDevice, stream_), "copy in");
+    } else {
+      buf = fusion_buffer(total * esize);
+      size_t off = 0;
+      for (const auto& e : entries) {
+        check_cuda(cudaMemcpyAsync(static_cast<char*>(buf) + off, e.input, e.count * esize,
+                                   cudaMemcpyDeviceToDevice, stream_), "copy into fusion buffer");
+        off += e.count * esize;
+      }
+    }
+    cuda_scale_buffer(buf, total, dt, prescale, stream_);
+    check_nccl(ncclAllReduce(buf, buf, total, nccl_type(dt), nccl_op(op, dt), nc, stream_), "ncclAllReduce");
+    cuda_scale_buffer(buf, total, dt, postscale, stream_);
+    if (entries.size() > 1) {
+      size_t off = 0;
+      for (const auto& e : entries) {
+        check_cuda(cudaMemcpyAsync(e.output, static_cast<char*>(buf) + off, e.count * esize,
+                                   cudaMemcpyDeviceToDevice, stream_), "copy out of fusion buffer");
+        off += e.count * esize;
+      }
+    }
+    finish(nc, "allreduce");
+  }
+
+  void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes,
+                  intptr_t producer) override {
+    begin(producer);
+    ncclComm_t nc = nccl_comm(comm);
+    // Uneven blocks: one broadcast per rank inside a group (NCCL's allgather needs equal blocks).
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    size_t off = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      const void* src = r == comm.rank() ? send : nullptr;
+      if (bytes[r] > 0)
+        check_nccl(ncclBroadcast(src, static_cast<char*>(recv) + off, bytes[r], ncclUint8, r, nc, stream_), "bcast");
+      off += bytes[r];
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    finish(nc, "allgather");
+  }
+
+  void broadcast(const Comm& comm, void* buf, size_t bytes, int root, intptr_t producer) override {
+    begin(producer);
+    ncclComm_t nc = nccl_comm(comm);
+    if (bytes > 0) check_nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, stream_), "ncclBroadcast");
+    finish(nc, "broadcast");
+  }
+
+  void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                 const std::vector<size_t>& recv_bytes, intptr_t producer) override {
+    begin(producer);
+    ncclComm_t nc = nccl_comm(comm);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    size_t soff = 0, roff = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      if (send_bytes[r] > 0)
+        check_nccl(ncclSend(static_cast<const char*>(send) + soff, send_bytes[r], ncclUint8, r, nc, stream_), "send");
+      if (recv_bytes[r] > 0)
+        check_nccl(ncclRecv(static_cast<char*>(recv) + roff, recv_bytes[r], ncclUint8, r, nc, stream_), "recv");
+      soff += send_bytes[r];
+      roff += recv_bytes[r];
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    finish(nc, "alltoall");
+  }
+
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
+                     DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer) override {
+    begin(producer);
+    ncclComm_t nc = nccl_comm(comm);
+    size_t esize = dtype_size(dt), total = 0;
+    for (size_t c : counts) total += c;
+    void* scaled = fusion_buffer(total * esize);
+    check_cuda(cudaMemcpyAsync(scaled, input, total * esize, cudaMemcpyDeviceToDevice, stream_), "copy in");
+    cuda_scale_buffer(scaled, total, dt, prescale, stream_);
+    // Uneven blocks: one reduce per block to its owner inside a group.
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    size_t off = 0;
+    for (int r = 0; r < comm.size(); ++r) {
+      void* dst = r == comm.rank() ? output : nullptr;
+      if (counts[r] > 0)
+        check_nccl(ncclReduce(static_cast<char*>(scaled) + off * esize, dst, counts[r], nccl_type(dt),
+                              nccl_op(op, dt), r, nc, stream_), "ncclReduce");
+      off += counts[r];
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    cuda_scale_buffer(output, counts[comm.rank()], dt, postscale, stream_);
+    finish(nc, "reducescatter");
+  }
+
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  }
+
+ private:
+  // Orders our stream after the producer's work: event on the producer stream, wait on ours.
+  void begin(intptr_t producer) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaEventRecord(ready_, reinterpret_cast<cudaStream_t>(producer)), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+  }
+
+  // Completes from a CUDA event, polled against the deadline.
+  void finish(ncclComm_t nc, const char* what) {
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    auto deadline = deadline_after(timeout_s_);
+    while (true) {
+      cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) check_cuda(q, what);
+      ncclResult_t async_err = ncclSuccess;
+      ncclCommGetAsyncError(nc, &async_err);
+      if (async_err != ncclSuccess && async_err != ncclInProgress) {
+        ncclCommAbort(nc);
+        forget(nc);
+        throw_error(ErrorKind::PEER_LOST, "rank ", global_rank_, ": NCCL ", what, " failed: ",
+                    ncclGetErrorString(async_err));
+      }
+      if (Clock::now() > deadline) {
+        ncclCommAbort(nc);
+        forget(nc);
+        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": NCCL ", what, " did not complete within ",
+                    timeout_s_, " s");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  void forget(ncclComm_t nc) {
+    for (auto it = comms_.begin(); it != comms_.end(); ++it)
+      if (it->second == nc) { comms_.erase(it); return; }
+  }
+
+  void* fusion_buffer(size_t bytes) {
+    if (bytes > fusion_bytes_) {
+      check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      if (fusion_) cudaFree(fusion_);
+      fusion_ = nullptr;
+      check_cuda(cudaMalloc(&fusion_, bytes), "cudaMalloc fusion buffer");
+      fusion_bytes_ = bytes;
+    }
+    return fusion_;
+  }
+
+  // One communicator per member list; rank 0 of the set publishes the unique id through the store.
+  ncclComm_t nccl_comm(const Comm& comm) {
+    auto it = comms_.find(comm.members);
+    if (it != comms_.end()) return it->second;
+    std::string key = prefix_ + "/nccl/";
+    for (int m : comm.members) key += std::to_string(m) + ",";
+    key += "/" + std::to_string(generation_[comm.members]++);
+    ncclUniqueId id;
+    if (comm.rank() == 0) {
+      check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      store_.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+    } else {
+      std::string v = store_.get(key, timeout_s_);
+      if (v.size() != sizeof(id)) throw_error(ErrorKind::INTERNAL, "bad NCCL unique id under ", key);
+      std::memcpy(&id, v.data(), sizeof(id));
+    }
+    ncclComm_t nc;
+    check_nccl(ncclCommInitRank(&nc, comm.size(), id, comm.rank()), "ncclCommInitRank");
+    comms_[comm.members] = nc;
+    return nc;
+  }
+
+  Store& store_;
+  std::string prefix_;
+  int global_rank_;
+  int device_;
+  double timeout_s_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  void* fusion_ = nullptr;
+  size_t fusion_bytes_ = 0;
+  std::map<std::vector<int>, ncclComm_t> comms_;
+  std::map<std::vector<int>, int> generation_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, int global_rank, int device,
+                                             double timeout_s) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    throw_error(ErrorKind::INVALID_ARGUMENT, "pyhorovod's GPU backend is built, but no CUDA device is visible");
+  if (device < 0 || device >= count)
+    throw_error(ErrorKind::INVALID_ARGUMENT, "CUDA device ", device, " does not exist (", count, " visible)");
+  return std::make_unique<NcclBackend>(store, prefix, global_rank, device, timeout_s);
+}
+
+bool gpu_backend_built() { return true; }
+
+}  // namespace phv

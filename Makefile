@@ -4,7 +4,7 @@ PYTHON ?= python3
 BUILD_DIR ?= build/cmake
 JOBS ?= 2
 
-.PHONY: build test cxx-test clean
+.PHONY: build test cxx-test py-test demo clean
 
 build:
 	cmake -S . -B $(BUILD_DIR) -DPython_EXECUTABLE=$$(which $(PYTHON)) -DCMAKE_BUILD_TYPE=Release \
@@ -14,6 +14,17 @@ build:
 
 cxx-test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 120
+
+# The README's test command (after set-up): C++ unit tests, then every Python test (multi-process ones
+# spawn their ranks with tests/mp.py; the mpirun test is skipped, with the reason, without Open MPI).
+test: cxx-test py-test
+
+py-test: build
+	$(PYTHON) -m pytest -q -rs --durations=10 tests
+
+# The main job, for now: a 4-rank allreduce through the launcher, printing a small busbw table.
+demo: build
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pyhorovod.run -np 4 $(PYTHON) examples/allreduce_demo.py
 
 clean:
 	rm -rf build build-* pyhorovod/_core*.so

@@ -1,0 +1,290 @@
+"""nccl-tests-style benchmark of allreduce, allgather and broadcast: pyhorovod against its peers.
+
+    python benchmarks/collectives.py                       # 4 B .. 256 MiB, n = 2 and 4, every candidate
+    python benchmarks/collectives.py --np 2 --ops allreduce --sizes 1M,64M --rounds 5
+
+Candidates (the ones that cannot run here are listed as skipped, with the reason):
+  core      pyhorovod._core.Communicator (raw core: no engine), default transports (shared memory on)
+  core-tcp  the same with shared memory off (TCP over loopback only)
+  api       pyhorovod's public API (pyhorovod.allreduce_ etc.: engine, negotiation, fusion)
+  api-tcp   the same with PYHOROVOD_SHM=0
+  mpi       mpi4py over Open MPI, default transports (shared memory between local ranks)
+  mpi-tcp   mpi4py over Open MPI with `--mca pml ob1 --mca btl self,tcp` (TCP only)
+  gloo      torch.distributed, gloo backend
+  hvd-mpi   Horovod 0.28.1 launched by mpirun (MPI controller and ops)
+  hvd-gloo  Horovod 0.28.1 launched by `horovodrun --gloo`
+
+Process structure: this driver starts one process group per (round, size block, candidate), each with
+its own launcher (our spawner, mpirun or horovodrun); the ranks run benchmarks/collectives_worker.py and
+print per-rank JSON records on stdout. This machine flips between fast and slow states (see
+shared/anchors.md), so candidates are interleaved: in every round each candidate runs each size block
+once, and the candidate order rotates from round to round. Reported: the median over rounds and batches of
+the slowest rank's time, and ratios pyhorovod/peer, both from the medians and as the median of per-round
+paired ratios (the paired figure is the one that survives a state flip between rounds).
+"""
+import argparse
+import os
+import secrets
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common as C  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "collectives_worker.py")
+ALL = ["core", "core-tcp", "api", "api-tcp", "mpi", "mpi-tcp", "gloo", "hvd-mpi", "hvd-gloo"]
+OURS = ("core", "core-tcp", "api", "api-tcp")
+OPS = ("allreduce", "allgather", "broadcast")
+
+
+def availability(cands, hvd_python):
+    """candidate -> None if it can run, else the reason it is skipped."""
+    out = {}
+    try:
+        import pyhorovod._core  # noqa: F401
+        core_ok = None
+    except Exception as e:  # not built yet, or a broken build
+        core_ok = f"pyhorovod._core not importable ({type(e).__name__}: {e})"
+    mpi_ok = None if shutil.which("mpirun") else "mpirun not found (Open MPI not installed)"
+    if mpi_ok is None:
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            mpi_ok = "mpi4py not installed"
+    for c in cands:
+        if c in OURS:
+            out[c] = core_ok
+        elif c in ("mpi", "mpi-tcp"):
+            out[c] = mpi_ok
+        elif c == "gloo":
+            try:
+                import torch.distributed as dist
+                out[c] = None if dist.is_gloo_available() else "torch built without gloo"
+            except ImportError:
+                out[c] = "torch not installed"
+        elif c in ("hvd-mpi", "hvd-gloo"):
+            out[c] = None if hvd_python else "Horovod not installed"
+            if c == "hvd-mpi" and hvd_python and mpi_ok:
+                out[c] = mpi_ok
+        else:
+            raise ValueError(f"unknown candidate {c!r} (known: {', '.join(ALL)})")
+    return out
+
+
+def launch(cand, n, sizes, args, hvd_python, tag):
+    """Run one worker group; returns the parsed per-rank records."""
+    wargs = ["--ops", args.ops, "--sizes", ",".join(map(str, sizes)), "--reps", str(args.reps),
+             "--warmup", str(args.warmup), "--iter-bytes", str(args.iter_bytes),
+             "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters), "--tag", tag]
+    env = C.python_env({"PYHOROVOD_SHM": "0"} if cand == "api-tcp" else None)
+    if cand in ("mpi", "mpi-tcp", "hvd-mpi"):
+        py = hvd_python if cand == "hvd-mpi" else sys.executable
+        argv = C.mpirun_prefix(n, tcp_only=(cand == "mpi-tcp")) + [py, WORKER, cand] + wargs
+        group = [(argv, env)]
+    elif cand == "hvd-gloo":
+        runner = os.path.join(os.path.dirname(hvd_python), "horovodrun")
+        argv = [runner, "--gloo", "-np", str(n), "-H", f"localhost:{n}", hvd_python, WORKER, cand] + wargs
+        group = [(argv, env)]
+    elif cand in ("api", "api-tcp") and args.api_launcher == "run":
+        argv = [sys.executable, "-m", "pyhorovod.run", "-np", str(n), sys.executable, WORKER, cand] + wargs
+        group = [(argv, env)]
+    else:
+        port = C.free_port()
+        # core: BENCH_* (rank 0 hosts the store); gloo: torch's env:// rendezvous; api: torchrun-style
+        # variables, so pyhorovod's rank 0 hosts its store on MASTER_PORT + 1 (see pyhorovod/_rendezvous.py)
+        common = {"BENCH_SIZE": str(n), "BENCH_STORE_PORT": str(port), "BENCH_SECRET": secrets.token_hex(16),
+                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
+                  "LOCAL_WORLD_SIZE": str(n)}
+        group = []
+        for r in range(n):
+            e = dict(env, **common, BENCH_RANK=str(r), RANK=str(r), LOCAL_RANK=str(r))
+            group.append(([sys.executable, WORKER, cand] + wargs, e))
+    outs = C.run_group(group, args.timeout, f"{cand} n={n}")
+    recs = [r for o in outs for r in C.parse_records(o)]
+    want = n * len(sizes) * len(args.ops.split(","))
+    if len(recs) != want:
+        raise C.LaunchError(f"{cand} n={n}: expected {want} records, got {len(recs)}")
+    return recs
+
+
+def size_blocks(sizes, splits):
+    """Cut the size list at the split boundaries (so that large sizes get launches of their own)."""
+    blocks, cur, bounds = [], [], sorted(splits)
+    for s in sizes:
+        if cur and any(cur[-1] < b <= s for b in bounds):
+            blocks.append(cur)
+            cur = []
+        cur.append(s)
+    return blocks + ([cur] if cur else [])
+
+
+def aggregate(records):
+    """(n, cand, op, bytes) -> samples: per (round, batch) the slowest rank's seconds per call."""
+    by = {}
+    for r in records:
+        key = (r["n"], r["cand"], r["op"], r["bytes"])
+        d = by.setdefault(key, {"ranks": {}, "wrong": 0, "iters": r["iters"]})
+        d["wrong"] += r["wrong"]
+        for i, t in enumerate(r["times"]):
+            slot = d["ranks"].setdefault((r["tag"], i), [])
+            slot.append(t)
+    out = {}
+    for key, d in by.items():
+        per_round = {}
+        for (tag, _i), ts in d["ranks"].items():
+            per_round.setdefault(tag, []).append(max(ts))
+        samples = [t for ts in per_round.values() for t in ts]
+        n, _, op, nbytes = key
+        tmed = C.median(samples)
+        out[key] = {"n": n, "cand": key[1], "op": op, "bytes": nbytes, "iters": d["iters"],
+                    "time_s": tmed, "algbw": nbytes / tmed / 1e9, "busbw": nbytes / tmed / 1e9 * C.bus_factor(op, n),
+                    "round_median_s": {tag: C.median(ts) for tag, ts in sorted(per_round.items())},
+                    "samples_s": samples, "wrong": d["wrong"]}
+    return out
+
+
+def ratios(agg):
+    """For each of our candidates against each peer at the same (n, op, bytes): time_peer / time_ours
+    (> 1: pyhorovod faster), from the medians and as the median of per-round ratios."""
+    rows = []
+    for (n, cand, op, nbytes), a in sorted(agg.items()):
+        if cand not in OURS:
+            continue
+        for (n2, peer, op2, b2), b in sorted(agg.items()):
+            if (n2, op2, b2) != (n, op, nbytes) or peer in OURS:
+                continue
+            common = set(a["round_median_s"]) & set(b["round_median_s"])
+            paired = [b["round_median_s"][t] / a["round_median_s"][t] for t in common]
+            rows.append({"n": n, "op": op, "bytes": nbytes, "ours": cand, "peer": peer,
+                         "ratio_of_medians": b["time_s"] / a["time_s"],
+                         "median_paired_ratio": C.median(paired), "rounds": len(paired)})
+    return rows
+
+
+def print_results(agg, rat):
+    keys = sorted(agg, key=lambda k: (k[0], k[2], ALL.index(k[1]), k[3]))
+    last = None
+    rows = []
+    for k in keys:
+        a = agg[k]
+        if (a["n"], a["op"], a["cand"]) != last:
+            if rows:
+                C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)", "#wrong"], rows)
+                rows = []
+            last = (a["n"], a["op"], a["cand"])
+            print(f"\n# {a['op']}  n={a['n']}  {a['cand']}  (float32, median of rounds x batches, slowest rank)")
+        rm = list(a["round_median_s"].values())
+        rows.append([C.fmt_size(a["bytes"]), a["bytes"] // 4, f"{a['time_s'] * 1e6:.1f}", f"{a['algbw']:.3f}",
+                     f"{a['busbw']:.3f}", f"{min(rm) * 1e6:.0f}..{max(rm) * 1e6:.0f}", a["wrong"]])
+    if rows:
+        C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)", "#wrong"], rows)
+    if rat:
+        print("\n# ratios time_peer/time_ours (> 1: pyhorovod faster)")
+        C.print_table(["n", "op", "size", "ours", "peer", "of medians", "paired (median)", "rounds"],
+                      [[r["n"], r["op"], C.fmt_size(r["bytes"]), r["ours"], r["peer"], f"{r['ratio_of_medians']:.3g}",
+                        f"{r['median_paired_ratio']:.3g}", r["rounds"]] for r in rat])
+
+
+def plot(agg, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ops = sorted({k[2] for k in agg}, key=OPS.index)
+    ns = sorted({k[0] for k in agg})
+    fig, axes = plt.subplots(len(ops), len(ns), figsize=(5.5 * len(ns), 3.8 * len(ops)), squeeze=False)
+    for i, op in enumerate(ops):
+        for j, n in enumerate(ns):
+            ax = axes[i][j]
+            for cand in ALL:
+                pts = sorted((k[3], a["busbw"]) for k, a in agg.items() if k[:3] == (n, cand, op))
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                            ls="-" if cand in OURS else "--", label=cand)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{op}, n={n}")
+            ax.set_xlabel("bytes")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--np", default="2,4", help="world sizes, comma-separated")
+    p.add_argument("--candidates", default=",".join(ALL))
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--sizes", default="", help="explicit sizes (e.g. 1M,64M); else --min-bytes..--max-bytes")
+    p.add_argument("--min-bytes", default="4")
+    p.add_argument("--max-bytes", default="256M")
+    p.add_argument("--factor", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3, help="timed batches per size per launch")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iter-bytes", type=C.parse_size, default=64 << 20,
+                   help="calls per batch = this / size, clamped to [--min-iters, --max-iters]")
+    p.add_argument("--min-iters", type=int, default=3)
+    p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--split", default="1M,32M", help="size block boundaries (one launch per block)")
+    p.add_argument("--timeout", type=float, default=600.0, help="hard limit per launch, seconds")
+    p.add_argument("--api-launcher", choices=("spawn", "run"), default="spawn")
+    p.add_argument("--json", default="collectives.json")
+    p.add_argument("--png", default="collectives.png")
+    args = p.parse_args(argv)
+    for op in args.ops.split(","):
+        if op not in OPS:
+            raise SystemExit(f"unknown op {op!r}")
+    sizes = ([C.parse_size(s) for s in args.sizes.split(",")] if args.sizes
+             else C.size_range(C.parse_size(args.min_bytes), C.parse_size(args.max_bytes), args.factor))
+    nps = [int(x) for x in args.np.split(",")]
+    cands = [c for c in args.candidates.split(",") if c]
+    hvd_python = C.find_horovod_python() if any(c.startswith("hvd") for c in cands) else None
+    avail = availability(cands, hvd_python)
+    skipped = {c: why for c, why in avail.items() if why}
+    for c, why in skipped.items():
+        print(f"skipping {c}: {why}", flush=True)
+    run = [c for c in cands if not avail[c]]
+    blocks = size_blocks(sizes, [C.parse_size(s) for s in args.split.split(",") if s])
+    records, failures, fails = [], [], {}
+    t_start = time.time()
+    for n in nps:
+        for rnd in range(args.rounds):
+            order = run[rnd % len(run):] + run[:rnd % len(run)] if run else []
+            for block in blocks:
+                for cand in order:
+                    if fails.get((cand, n), 0) >= 2:
+                        continue
+                    t0 = time.time()
+                    try:
+                        recs = launch(cand, n, block, args, hvd_python, tag=f"r{rnd}")
+                    except C.LaunchError as e:
+                        fails[(cand, n)] = fails.get((cand, n), 0) + 1
+                        failures.append({"cand": cand, "n": n, "round": rnd, "error": str(e)[-4000:]})
+                        print(f"FAILED {cand} n={n} round {rnd}:\n{e}", flush=True)
+                        continue
+                    records += recs
+                    print(f"n={n} round {rnd} {cand:9s} sizes {C.fmt_size(block[0])}..{C.fmt_size(block[-1])}"
+                          f" {time.time() - t0:5.1f}s", flush=True)
+    agg = aggregate(records)
+    rat = ratios(agg)
+    print_results(agg, rat)
+    C.write_json(args.json, {
+        "meta": {"argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_start)),
+                 "seconds": time.time() - t_start, "cpus": os.cpu_count(), "dtype": "float32",
+                 "method": "median over rounds x batches of the slowest rank's time per call"},
+        "skipped": skipped, "failures": failures,
+        "results": sorted(agg.values(), key=lambda a: (a["n"], a["op"], a["cand"], a["bytes"])),
+        "ratios": rat})
+    if agg and args.png:
+        plot(agg, args.png)
+    print(f"\nwrote {args.json}" + (f" and {args.png}" if agg and args.png else ""))
+    return 1 if failures or any(a["wrong"] for a in agg.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Shared helpers of the benchmarks: sizes, bus factors, statistics, tables, JSON, and a process spawner.
+
+Terms (nccl-tests): for a collective on `size` bytes that takes `time` seconds,
+  algbw = size / time                       (what the caller sees)
+  busbw = algbw * bus_factor(op, n)         (bytes each rank's link must carry per second, so that one
+                                             figure is comparable across world sizes)
+with bus factors 2(n-1)/n for allreduce (reduce-scatter + allgather each move (n-1)/n of the buffer),
+(n-1)/n for allgather (size = the gathered output) and 1 for broadcast.
+"""
+import json
+import math
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+RECORD_PREFIX = "@@BENCH "   # workers print one JSON record per line after this marker
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text):
+    """'4', '4B', '64K', '1M', '256MiB' -> bytes (binary units: 1M = 2**20)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"bad size {text!r} (examples: 4, 64K, 1M, 256MiB)")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def size_range(lo, hi, factor=2):
+    """Geometric sizes lo, lo*factor, ... <= hi (nccl-tests -b/-e/-f)."""
+    if lo <= 0 or hi < lo or factor < 2:
+        raise ValueError(f"bad size range {lo}..{hi} factor {factor}")
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def fmt_size(nbytes):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= div and nbytes % div == 0:
+            return f"{nbytes // div}{unit}"
+    return f"{nbytes}B"
+
+
+def bus_factor(op, n):
+    if n <= 1:
+        return 1.0 if op == "broadcast" else 0.0
+    if op == "allreduce":
+        return 2.0 * (n - 1) / n
+    if op == "allgather":
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown op {op!r}")
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# Two-sided 97.5% quantiles of Student's t for small samples (df 1..30); normal beyond.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042]
+
+
+def mean_ci95(xs):
+    """(mean, half-width of the 95% t-interval of the mean); half-width is nan for fewer than 2 samples."""
+    if not xs:
+        return float("nan"), float("nan")
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    t = _T975[len(xs) - 2] if len(xs) - 1 <= len(_T975) else 1.96
+    return m, t * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def median_ci95(xs):
+    """Median and a distribution-free 95% interval (order statistics of the binomial(n, 1/2) sign test).
+    For fewer than 6 samples no such interval exists at 95%: (min, max) is returned and marked."""
+    xs = sorted(xs)
+    n = len(xs)
+    if n == 0:
+        return float("nan"), (float("nan"), float("nan")), False
+    if n < 6:
+        return median(xs), (xs[0], xs[-1]), False
+    # largest k with P(Binom(n,1/2) < k) <= 0.025: the interval is [x_(k), x_(n-k+1)] (1-based)
+    cdf, k = 0.0, 0
+    for j in range(n + 1):
+        p = math.comb(n, j) / 2.0 ** n
+        if cdf + p > 0.025:
+            break
+        cdf += p
+        k = j + 1
+    k = max(k, 1)
+    return median(xs), (xs[k - 1], xs[n - k]), True
+
+
+def print_table(headers, rows, out=sys.stdout):
+    """Right-aligned plain-text table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for j, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)), file=out)
+        if j == 0:
+            print("  ".join("-" * w for w in widths), file=out)
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def emit(record):
+    """Worker side: one record on stdout, one line, flushed (mpirun forwards whole lines)."""
+    sys.stdout.write(RECORD_PREFIX + json.dumps(record, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def parse_records(text):
+    out = []
+    for line in text.splitlines():
+        i = line.find(RECORD_PREFIX)
+        if i >= 0:
+            out.append(json.loads(line[i + len(RECORD_PREFIX):]))
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _tail(text, lines=25):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_group(cmds_envs, timeout_s, label):
+    """Start one process per (argv, env) pair, wait for all with a hard deadline, return their stdout
+    texts. On a failure or timeout every process is killed and the error shows each rank's output."""
+    procs = []
+    for argv, env in cmds_envs:
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))
+    deadline = time.monotonic() + timeout_s
+    outs = [None] * len(procs)
+    failed = False
+    try:
+        for i, p in enumerate(procs):
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                outs[i] = p.communicate(timeout=left)
+            except subprocess.TimeoutExpired:
+                failed = True
+                break
+            if p.returncode != 0:
+                failed = True
+                break
+    finally:
+        if failed:
+            for p in procs:
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            for i, p in enumerate(procs):
+                if outs[i] is None:
+                    try:
+                        outs[i] = p.communicate(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        outs[i] = ("", "(no output: process did not exit)")
+    if failed:
+        msg = [f"{label}: a process failed or timed out after {timeout_s:.0f}s"]
+        for i, (p, (so, se)) in enumerate(zip(procs, outs)):
+            msg.append(f"--- process {i} (exit {p.returncode}) stdout ---\n{_tail(so or '')}")
+            msg.append(f"--- process {i} stderr ---\n{_tail(se or '')}")
+        raise LaunchError("\n".join(msg))
+    return [o[0] for o in outs]
+
+
+def python_env(extra=None):
+    """The current environment with the repository root first on PYTHONPATH and one thread per rank
+    (2 cores shared by several ranks: intra-op threads would only fight each other)."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.setdefault(k, "1")
+    env.update(extra or {})
+    return env
+
+
+HOROVOD_PYTHONS = ("/opt/hvd-venv/bin/python",)
+
+
+def find_horovod_python():
+    """A Python that can `import horovod.torch` (this one, or the side venv of the Horovod build), or None."""
+    for py in (sys.executable,) + HOROVOD_PYTHONS:
+        if not os.path.exists(py):
+            continue
+        try:
+            r = subprocess.run([py, "-c", "import horovod.torch"], capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0:
+            return py
+    return None
+
+
+def mpirun_prefix(n, tcp_only=False):
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "--bind-to", "none",
+            "--mca", "btl_base_warn_component_unused", "0"]
+    if tcp_only:
+        # pml ob1 makes the btl choice binding (the ucx pml would bypass btls).
+        argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]
+    return argv

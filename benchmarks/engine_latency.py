@@ -1,0 +1,125 @@
+"""What the engine costs on top of the raw core (issue 3's measurements).
+
+1. Latency of a synchronous allreduce of one float32: through the public API (pyhorovod.allreduce: the
+   engine's negotiation round + the collective) against the raw core (_core.Communicator.allreduce on the
+   calling thread, no engine).
+2. 100 tensors of 4 KiB submitted together (allreduce_async, then synchronize all): fused (default
+   HOROVOD_FUSION_THRESHOLD) against unfused (threshold 0).
+
+This machine flips between fast and slow states (shared/anchors.md), so each rank process runs the
+candidates interleaved round by round (A B A B ...) and we report medians over rounds and the ratios of
+the medians, never one absolute time.
+
+    python benchmarks/engine_latency.py [--sizes 2 4] [--rounds 15] [--iters 200] [--json out.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+
+def _raw_communicator(prefix):
+    from pyhorovod import _core
+    o = _core.ConnectOptions()
+    o.rank = int(os.environ["PYHOROVOD_RANK"])
+    o.size = int(os.environ["PYHOROVOD_SIZE"])
+    o.local_rank, o.local_size = o.rank, o.size
+    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
+    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
+    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
+    o.store_prefix = prefix
+    o.connect_timeout_s = 60
+    return _core.Communicator(o)
+
+
+def rank_body(rounds, iters, ntensors, tensor_bytes):
+    """One rank: interleaved rounds of (raw, engine) latency and (fused, unfused) throughput."""
+    import numpy as np
+    import pyhorovod as hvd
+    from pyhorovod import _core, basics
+
+    comm = _raw_communicator("bench_raw")
+    hvd.init()
+    one = np.ones(1, np.float32)
+    tensors = [np.full(tensor_bytes // 4, hvd.rank() + 1, np.float32) for _ in range(ntensors)]
+    n = hvd.size()
+
+    def raw_latency():
+        buf = one.copy()
+        t = time.perf_counter()
+        for _ in range(iters):
+            comm.allreduce(buf, _core.FLOAT32, _core.SUM, 30.0)
+        return (time.perf_counter() - t) / iters
+
+    def api_latency():
+        t = time.perf_counter()
+        for _ in range(iters):
+            hvd.allreduce(one, op=hvd.Sum, name="lat")
+        return (time.perf_counter() - t) / iters
+
+    def burst(tag):
+        reps = max(1, iters // 20)
+        t = time.perf_counter()
+        for _ in range(reps):
+            hs = [hvd.allreduce_async(x, op=hvd.Sum, name=f"{tag}.{i}") for i, x in enumerate(tensors)]
+            outs = [hvd.synchronize(h) for h in hs]
+        dt = (time.perf_counter() - t) / reps
+        assert outs[-1][0] == n * (n + 1) / 2, outs[-1][0]
+        return dt
+
+    # The fusion threshold is fixed at init, so every round runs two engine generations (re-init is
+    # outside the timed parts): default threshold (raw, API, fused burst), then threshold 0 (unfused).
+    rec = {"raw": [], "api": [], "fused": [], "unfused": []}
+    hvd.shutdown()
+    for _ in range(rounds):
+        os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
+        hvd.init()
+        raw_latency(), api_latency(), burst("warm")
+        rec["raw"].append(raw_latency())
+        rec["api"].append(api_latency())
+        rec["fused"].append(burst("b"))
+        hvd.shutdown()
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
+        hvd.init()
+        burst("warm")
+        rec["unfused"].append(burst("b"))
+        hvd.shutdown()
+    comm.close()
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--tensors", type=int, default=100)
+    ap.add_argument("--tensor-bytes", type=int, default=4096)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    from mp import run_ranks
+
+    report = {}
+    for n in args.sizes:
+        res = run_ranks(rank_body, n, timeout=600, args=(args.rounds, args.iters, args.tensors, args.tensor_bytes))
+        rec = res[0].value
+        med = {k: statistics.median(v) for k, v in rec.items()}
+        report[n] = {"medians_s": med, "rounds": rec}
+        print(f"n={n}: 1-float allreduce  raw core {med['raw'] * 1e6:8.1f} us   API (engine) {med['api'] * 1e6:8.1f} us"
+              f"   ratio {med['api'] / med['raw']:.2f}x")
+        mb = args.tensors * args.tensor_bytes / 1e6
+        print(f"n={n}: {args.tensors} x {args.tensor_bytes} B burst  fused {med['fused'] * 1e3:8.2f} ms"
+              f" ({mb / med['fused']:.0f} MB/s)   unfused {med['unfused'] * 1e3:8.2f} ms"
+              f" ({mb / med['unfused']:.0f} MB/s)   speed-up {med['unfused'] / med['fused']:.1f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

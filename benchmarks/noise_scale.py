@@ -1,0 +1,204 @@
+"""Live gradient noise scale during data-parallel training, and what measuring it costs.
+
+    python benchmarks/noise_scale.py trajectory --np 2,4 --epochs 2      # B_simple over training -> PNG
+    python benchmarks/noise_scale.py overhead --np 2 --steps 60           # measure_noise_scale on vs off
+
+Both launch `python -m pyhorovod.run -np N` on this file's worker. The worker trains a CNN on Fashion-MNIST
+(the examples/fashion_mnist.py model when that file defines `Net`, else the small CNN below), data sharded
+by rank, pyhorovod.torch.DistributedOptimizer(measure_noise_scale=True, batch_size=local batch) and records
+optimizer.noise_scale_report() every --record-every steps (rank 0 writes JSON).
+
+Overhead: one process per rank holds two identical models, one wrapped with measure_noise_scale=False and
+one with True, and alternates their steps on the same batches (A B A B ...), so the bimodal machine
+(shared/anchors.md) slows both alike; the result is the ratio of median step times (forward, backward,
+allreduce, update) with the 95% bootstrap interval of that ratio.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+
+def small_cnn():
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+
+def make_model():
+    """The example's model if examples/fashion_mnist.py defines Net, else small_cnn (reported in JSON)."""
+    path = os.path.join(ROOT, "examples", "fashion_mnist.py")
+    if os.path.exists(path):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("fashion_mnist_example", path)
+        mod = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(mod)
+            if hasattr(mod, "Net"):
+                return mod.Net(), "examples/fashion_mnist.py:Net"
+        except Exception as exc:  # the example is someone else's file: fall back, but say so
+            print(f"[noise_scale] could not import the example's Net ({exc!r}); using small_cnn", flush=True)
+    return small_cnn(), "benchmarks/noise_scale.py:small_cnn"
+
+
+def shard(hvd):
+    import numpy as np
+    import torch
+    from pyhorovod.scaling.fmnist import load_fashion_mnist
+    x, y = load_fashion_mnist("train")
+    x = (x.astype(np.float32) / 255.0 - 0.2860) / 0.3530   # Fashion-MNIST mean / std
+    x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
+    return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+
+
+def batches(x, y, b, seed):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    epoch = 0
+    while True:
+        perm = torch.randperm(len(x), generator=gen)
+        for i in range(0, len(x) - b + 1, b):
+            yield epoch, x[perm[i:i + b]], y[perm[i:i + b]]
+        epoch += 1
+
+
+def worker_trajectory(a):
+    import torch
+    import pyhorovod.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model, model_name = make_model()
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    lr = a.lr * hvd.size()   # linear scaling rule from the one-worker LR
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+                                   named_parameters=model.named_parameters(), batch_size=a.batch,
+                                   measure_noise_scale=True)
+    x, y = shard(hvd)
+    steps_per_epoch = len(x) // a.batch
+    rows, t0 = [], time.perf_counter()
+    for step, (epoch, xb, yb) in enumerate(batches(x, y, a.batch, 1 + hvd.rank())):
+        if step >= a.epochs * steps_per_epoch:
+            break
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        if (step + 1) % a.record_every == 0:
+            rep = opt.noise_scale_report()
+            rows.append({"step": step + 1, "epoch": (step + 1) / steps_per_epoch, "loss": float(loss),
+                         **{k: rep[k] for k in ("b_simple", "grad_sq", "trace_sigma", "temperature")}})
+    final = opt.noise_scale_report()
+    if hvd.rank() == 0:
+        with open(a.json, "w") as f:
+            json.dump({"np": hvd.size(), "local_batch": a.batch, "lr": lr, "model": model_name,
+                       "seconds": time.perf_counter() - t0, "rows": rows, "final": final,
+                       "summary": opt.noise_scale_estimator.summary()}, f, indent=1)
+
+
+def worker_overhead(a):
+    import numpy as np
+    import torch
+    import pyhorovod.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    pair = []
+    for measure in (False, True):
+        torch.manual_seed(0)
+        model, model_name = make_model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size()),
+                                       named_parameters=model.named_parameters(), batch_size=a.batch,
+                                       measure_noise_scale=measure)
+        pair.append((model, opt))
+    x, y = shard(hvd)
+    times = {False: [], True: []}
+    it = batches(x, y, a.batch, 1 + hvd.rank())
+    for step in range(a.warmup + a.steps):
+        _, xb, yb = next(it)
+        order = (False, True) if step % 2 == 0 else (True, False)   # rotate who goes first
+        for measure in order:
+            model, opt = pair[measure]
+            t = time.perf_counter()
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            if step >= a.warmup:
+                times[measure].append(time.perf_counter() - t)
+    off, on = np.array(times[False]), np.array(times[True])
+    rng = np.random.default_rng(0)
+    boots = [np.median(rng.choice(on, len(on))) / np.median(rng.choice(off, len(off))) for _ in range(2000)]
+    if hvd.rank() == 0:
+        with open(a.json, "w") as f:
+            json.dump({"np": hvd.size(), "local_batch": a.batch, "model": model_name, "steps": a.steps,
+                       "median_off_s": float(np.median(off)), "median_on_s": float(np.median(on)),
+                       "ratio": float(np.median(on) / np.median(off)),
+                       "ratio_ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))]},
+                      f, indent=1)
+
+
+def launch(np_, args, timeout):
+    cmd = [sys.executable, "-m", "pyhorovod.run", "-np", str(np_), sys.executable, os.path.abspath(__file__)]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd + args, cwd=ROOT, timeout=timeout, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd + args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    return proc.stdout, time.perf_counter() - t
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("mode", choices=("trajectory", "overhead", "worker-trajectory", "worker-overhead"))
+    p.add_argument("--np", default="2,4")
+    p.add_argument("--batch", type=int, default=32, help="local batch per rank")
+    p.add_argument("--lr", type=float, default=0.01, help="one-worker LR (scaled linearly by ranks)")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--record-every", type=int, default=10)
+    p.add_argument("--steps", type=int, default=60, help="overhead: timed steps per model")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--json", default=None)
+    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "noise_scale"))
+    p.add_argument("--timeout", type=float, default=1800)
+    a = p.parse_args(argv)
+    if a.mode == "worker-trajectory":
+        return worker_trajectory(a)
+    if a.mode == "worker-overhead":
+        return worker_overhead(a)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    results = {}
+    for n in (int(v) for v in a.np.split(",")):
+        path = f"{a.out}_{a.mode}_np{n}.json"
+        extra = (["--epochs", str(a.epochs), "--record-every", str(a.record_every), "--lr", str(a.lr)]
+                 if a.mode == "trajectory" else ["--steps", str(a.steps), "--warmup", str(a.warmup)])
+        out, secs = launch(n, [f"worker-{a.mode}", "--batch", str(a.batch), "--json", path] + extra, a.timeout)
+        with open(path) as f:
+            results[n] = json.load(f)
+        lines = [ln for ln in out.splitlines() if "[noise-scale]" in ln]
+        if lines:
+            results[n]["rank0_lines"] = lines[-3:]
+            with open(path, "w") as f:
+                json.dump(results[n], f, indent=1)
+        r = results[n]
+        if a.mode == "trajectory":
+            print(f"np={n}: {r['summary']}  ({secs:.0f}s)", flush=True)
+        else:
+            print(f"np={n}: step {r['median_off_s'] * 1e3:.1f} ms off, {r['median_on_s'] * 1e3:.1f} ms on: "
+                  f"ratio {r['ratio']:.4f} (95% CI {r['ratio_ci95'][0]:.4f}-{r['ratio_ci95'][1]:.4f})", flush=True)
+    if a.mode == "trajectory":
+        from pyhorovod.scaling.sweep_plot import plot_b_simple_runs
+        runs = {f"{n} ranks x {r['local_batch']} (B_big={n * r['local_batch']}, lr {r['lr']:g})":
+                [(row["epoch"], row["b_simple"]) for row in r["rows"]] for n, r in results.items()}
+        plot_b_simple_runs(runs, a.out + "_trajectory.png", xlabel="epoch",
+                           title="Fashion-MNIST CNN: live B_simple (ratio of EMAs) during training")
+        print(f"wrote {a.out}_trajectory.png", flush=True)
+
+
+if __name__ == "__main__":
+    main()

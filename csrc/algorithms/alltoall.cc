@@ -1,0 +1,43 @@
+// alltoallv by pairwise exchange: p-1 steps; at step s rank r sends its block for r+s and receives the
+// block from r-s (mod p), both posted together so the transport moves them at once. Every pair exchanges
+// exactly once, and at each step every rank sends one block and receives one block, so no rank is a hot
+// spot. Zero-length blocks are still exchanged: the transport's length check then catches callers that
+// disagree on the splits. My own block is a local copy.
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "common/error.h"
+
+namespace phv {
+
+void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
+               const std::vector<size_t>& recv_bytes, Deadline deadline) {
+  const int p = comm.size();
+  const int r = comm.rank();
+  PHV_CHECK_ARG(send_bytes.size() == static_cast<size_t>(p) && recv_bytes.size() == static_cast<size_t>(p),
+                "alltoall: ", send_bytes.size(), " send splits and ", recv_bytes.size(), " receive splits for ",
+                p, " ranks");
+  std::vector<size_t> soff(static_cast<size_t>(p) + 1, 0), roff(static_cast<size_t>(p) + 1, 0);
+  for (int i = 0; i < p; ++i) {
+    soff[static_cast<size_t>(i) + 1] = soff[static_cast<size_t>(i)] + send_bytes[static_cast<size_t>(i)];
+    roff[static_cast<size_t>(i) + 1] = roff[static_cast<size_t>(i)] + recv_bytes[static_cast<size_t>(i)];
+  }
+  const char* s = static_cast<const char*>(send);
+  char* d = static_cast<char*>(recv);
+  const auto ur = static_cast<size_t>(r);
+  PHV_CHECK_ARG(send_bytes[ur] == recv_bytes[ur], "alltoall: rank ", r, " sends ", send_bytes[ur],
+                " bytes to itself but expects ", recv_bytes[ur]);
+  if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
+
+  Transport* tr = comm.transport;
+  for (int step = 1; step < p; ++step) {
+    const auto to = static_cast<size_t>((r + step) % p);
+    const auto from = static_cast<size_t>((r - step + p) % p);
+    RequestId rid = tr->post_recv(comm.global(static_cast<int>(from)), d + roff[from], recv_bytes[from]);
+    RequestId sid = tr->post_send(comm.global(static_cast<int>(to)), s + soff[to], send_bytes[to]);
+    tr->wait_all({rid, sid}, deadline);
+  }
+}
+
+}  // namespace phv

@@ -1,0 +1,105 @@
+// Python bindings of the engine (contract: pyhorovod/_core.pyi): EngineOptions, Result, Engine.
+// Blocking calls (constructor, wait, add/remove_process_set, shutdown) release the GIL. HvdError is
+// translated to the _core.*Error classes by bind_runtime.cc.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "engine/engine.h"
+
+namespace py = pybind11;
+
+namespace phv {
+
+namespace {
+
+using Bytes = std::shared_ptr<std::vector<uint8_t>>;
+
+// A uint8 array over the engine's output bytes that owns them (a capsule holds the shared_ptr): no copy.
+py::object output_array(const Result& r) {
+  if (!r.output) return py::none();
+  auto* holder = new Bytes(r.output);
+  py::capsule owner(holder, [](void* p) { delete static_cast<Bytes*>(p); });
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(r.output->size())}, {static_cast<py::ssize_t>(1)},
+                              r.output->data(), owner);
+}
+
+}  // namespace
+
+void register_ops(py::module_& m) {
+  py::class_<EngineOptions>(m, "EngineOptions")
+      .def(py::init<>())
+      .def_readwrite("connect", &EngineOptions::connect)
+      .def_readwrite("cross_rank", &EngineOptions::cross_rank)
+      .def_readwrite("cross_size", &EngineOptions::cross_size)
+      .def_readwrite("fusion_threshold_bytes", &EngineOptions::fusion_threshold_bytes)
+      .def_readwrite("cycle_time_ms", &EngineOptions::cycle_time_ms)
+      .def_readwrite("cache_capacity", &EngineOptions::cache_capacity)
+      .def_readwrite("stall_check_s", &EngineOptions::stall_check_s)
+      .def_readwrite("stall_shutdown_s", &EngineOptions::stall_shutdown_s)
+      .def_readwrite("stall_check_disable", &EngineOptions::stall_check_disable)
+      .def_readwrite("timeline_path", &EngineOptions::timeline_path)
+      .def_readwrite("timeline_mark_cycles", &EngineOptions::timeline_mark_cycles)
+      .def_readwrite("timeout_s", &EngineOptions::timeout_s)
+      .def_readwrite("dynamic_process_sets", &EngineOptions::dynamic_process_sets)
+      .def_readwrite("process_sets", &EngineOptions::process_sets)
+      .def_property(
+          "log_level", [](const EngineOptions& o) { return static_cast<int>(o.log_level); },
+          [](EngineOptions& o, int level) {
+            if (level < 0 || level > static_cast<int>(LogLevel::FATAL)) {
+              throw py::value_error("log_level must be 0 (trace) .. 5 (fatal), got " + std::to_string(level));
+            }
+            o.log_level = static_cast<LogLevel>(level);
+          });
+
+  py::class_<Result>(m, "Result")
+      .def_property_readonly("output", &output_array)
+      .def_readonly("output_shape", &Result::output_shape)
+      .def_readonly("received_splits", &Result::received_splits)
+      .def_readonly("value", &Result::value);
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init<const EngineOptions&>(), py::arg("options"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "enqueue",
+          [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, uintptr_t input_ptr,
+             uintptr_t output_ptr, int reduce_op, double prescale, double postscale, int root,
+             std::vector<int64_t> splits, int process_set, int device, int64_t group, int64_t group_size,
+             double timeout_s) {
+            Request r;
+            r.type = static_cast<OpType>(op_type);
+            r.name = std::move(name);
+            r.dtype = static_cast<DataType>(dtype);
+            r.shape = std::move(shape);
+            r.input = reinterpret_cast<const void*>(input_ptr);
+            r.output = reinterpret_cast<void*>(output_ptr);
+            r.reduce_op = static_cast<ReduceOp>(reduce_op);
+            r.prescale = prescale;
+            r.postscale = postscale;
+            r.root = root;
+            r.splits = std::move(splits);
+            r.process_set = process_set;
+            r.device = device;
+            r.group = group;
+            r.group_size = group_size;
+            return e.enqueue(std::move(r), timeout_s);
+          },
+          py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input_ptr"),
+          py::arg("output_ptr"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+          py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0,
+          py::arg("device") = -1, py::arg("group") = 0, py::arg("group_size") = 0, py::arg("timeout_s") = 0.0)
+      .def("poll", &Engine::poll, py::arg("handle"))
+      .def("wait", &Engine::wait, py::arg("handle"), py::call_guard<py::gil_scoped_release>())
+      .def("add_process_set", &Engine::add_process_set, py::arg("ranks"), py::call_guard<py::gil_scoped_release>())
+      .def("remove_process_set", &Engine::remove_process_set, py::arg("id"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("process_set_ranks", &Engine::process_set_ranks, py::arg("id"))
+      .def("process_set_ids", &Engine::process_set_ids)
+      .def("start_timeline", &Engine::start_timeline, py::arg("path"), py::arg("mark_cycles") = false)
+      .def("stop_timeline", &Engine::stop_timeline)
+      .def("shutdown", &Engine::shutdown, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("rank", &Engine::rank)
+      .def_property_readonly("size", &Engine::size);
+}
+
+}  // namespace phv

@@ -1,0 +1,194 @@
+// Bindings of the runtime (contract: pyhorovod/_core.pyi): enum codes, build_info(), the CoreError
+// hierarchy and the HvdError translator, the rendezvous store, the option structs. The Communicator
+// lives in bind_communicator.cc.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "backends/backend.h"
+#include "common/error.h"
+#include "common/types.h"
+#include "rendezvous/tcp_store.h"
+
+namespace py = pybind11;
+
+namespace phv {
+
+void register_communicator(py::module_& m);  // bind_communicator.cc
+
+namespace {
+
+// Exception classes by ErrorKind. Leaked on purpose: they live as long as the interpreter, and
+// destroying them at exit after Python finalised would crash.
+PyObject* g_error_class[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+const char* kKindNames[5] = {"INTERNAL", "INVALID_ARGUMENT", "TIMEOUT", "PEER_LOST", "SHUTDOWN"};
+
+void raise_core_error(ErrorKind kind, const char* what) {
+  int k = static_cast<int>(kind);
+  if (k < 0 || k > 4) k = 0;
+  PyObject* cls = g_error_class[k];
+  PyObject* exc = PyObject_CallFunction(cls, "s", what);
+  if (exc == nullptr) return;  // the call set an error already
+  PyObject* name = PyUnicode_FromString(kKindNames[k]);
+  PyObject_SetAttrString(exc, "kind", name);
+  Py_XDECREF(name);
+  PyErr_SetObject(cls, exc);
+  Py_DECREF(exc);
+}
+
+PyObject* new_class(py::module_& m, const char* name, PyObject* base, const char* kind, const char* doc) {
+  std::string qualified = std::string("pyhorovod._core.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  PyObject_SetAttrString(cls, "kind", py::str(kind).ptr());  // class default; instances carry their own
+  m.attr(name) = py::handle(cls);
+  return cls;
+}
+
+void register_errors(py::module_& m) {
+  PyObject* core = new_class(m, "CoreError", PyExc_RuntimeError, "INTERNAL",
+                             "Base of every error raised by the C++ core; .kind names the ErrorKind.");
+  PyObject* invalid = new_class(m, "InvalidArgumentError", core, "INVALID_ARGUMENT",
+                                "Bad arguments, detected before any communication (-> ValueError).");
+  PyObject* internal = new_class(m, "InternalError", core, "INTERNAL", "A collective or the bootstrap failed.");
+  g_error_class[int(ErrorKind::INTERNAL)] = internal;
+  g_error_class[int(ErrorKind::INVALID_ARGUMENT)] = invalid;
+  g_error_class[int(ErrorKind::TIMEOUT)] =
+      new_class(m, "TimeoutError_", internal, "TIMEOUT", "A deadline passed.");
+  g_error_class[int(ErrorKind::PEER_LOST)] =
+      new_class(m, "PeerLostError", internal, "PEER_LOST", "A peer's connection closed or failed.");
+  g_error_class[int(ErrorKind::SHUTDOWN)] =
+      new_class(m, "ShutdownError", internal, "SHUTDOWN", "The communicator or engine has been shut down.");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const HvdError& e) {
+      raise_core_error(e.kind(), e.what());
+    }
+  });
+}
+
+void register_codes(py::module_& m) {
+  const std::pair<const char*, DataType> dtypes[] = {
+      {"UINT8", DataType::UINT8},     {"INT8", DataType::INT8},         {"INT16", DataType::INT16},
+      {"INT32", DataType::INT32},     {"INT64", DataType::INT64},       {"FLOAT16", DataType::FLOAT16},
+      {"BFLOAT16", DataType::BFLOAT16}, {"FLOAT32", DataType::FLOAT32}, {"FLOAT64", DataType::FLOAT64},
+      {"BOOL", DataType::BOOL}};
+  for (const auto& d : dtypes) m.attr(d.first) = static_cast<int>(d.second);
+  const std::pair<const char*, ReduceOp> ops[] = {{"SUM", ReduceOp::SUM}, {"AVERAGE", ReduceOp::AVERAGE},
+                                                  {"MIN", ReduceOp::MIN}, {"MAX", ReduceOp::MAX},
+                                                  {"PRODUCT", ReduceOp::PRODUCT}};
+  for (const auto& o : ops) m.attr(o.first) = static_cast<int>(o.second);
+  const std::pair<const char*, OpType> types[] = {
+      {"ALLREDUCE", OpType::ALLREDUCE}, {"ALLGATHER", OpType::ALLGATHER},         {"BROADCAST", OpType::BROADCAST},
+      {"ALLTOALL", OpType::ALLTOALL},   {"REDUCESCATTER", OpType::REDUCESCATTER}, {"BARRIER", OpType::BARRIER},
+      {"JOIN", OpType::JOIN}};
+  for (const auto& t : types) m.attr(t.first) = static_cast<int>(t.second);
+}
+
+py::dict build_info() {
+  py::dict d;
+#ifdef PHV_VERSION
+  d["version"] = PHV_VERSION;
+#else
+  d["version"] = "unknown";
+#endif
+  d["compiler"] = std::string("gcc/clang ") + __VERSION__;
+#ifdef PHV_CXX_FLAGS
+  d["cxx_flags"] = PHV_CXX_FLAGS;
+#elif defined(__OPTIMIZE__)
+  d["cxx_flags"] = "-std=c++17 -O3";
+#else
+  d["cxx_flags"] = "-std=c++17 (debug)";
+#endif
+#ifdef PHV_WITH_NCCL
+  d["nccl"] = true;
+  d["cuda"] = true;
+#else
+  d["nccl"] = false;
+  d["cuda"] = false;
+#endif
+  d["shm"] = true;  // shared-memory rings between ranks of one host (ConnectOptions.shm_enable)
+  return d;
+}
+
+void register_store(py::module_& m) {
+  py::class_<TcpStoreServer>(m, "TcpStoreServer",
+                             "The rendezvous key/value store, hosted by the launcher or rank 0 (background thread).")
+      .def(py::init([](const std::string& host, int port, py::bytes secret) {
+             return std::make_unique<TcpStoreServer>(host, port, std::string(secret));
+           }),
+           py::arg("host"), py::arg("port"), py::arg("secret"))
+      .def_property_readonly("port", &TcpStoreServer::port)
+      .def("close", &TcpStoreServer::close, py::call_guard<py::gil_scoped_release>());
+
+  py::class_<TcpStoreClient>(m, "TcpStore", "Client of TcpStoreServer. Every call proves the secret in the handshake.")
+      .def(py::init([](const std::string& host, int port, py::bytes secret, double timeout_s) {
+             std::string s(secret);
+             py::gil_scoped_release release;
+             return std::make_unique<TcpStoreClient>(host, port, s, timeout_s);
+           }),
+           py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("timeout_s"))
+      .def("set",
+           [](TcpStoreClient& s, const std::string& key, py::bytes value) {
+             std::string v(value);
+             py::gil_scoped_release release;
+             s.set(key, v);
+           },
+           py::arg("key"), py::arg("value"))
+      .def("get",
+           [](TcpStoreClient& s, const std::string& key, double timeout_s) {
+             std::string v;
+             {
+               py::gil_scoped_release release;
+               v = s.get(key, timeout_s);
+             }
+             return py::bytes(v);
+           },
+           py::arg("key"), py::arg("timeout_s"))
+      .def("add", &TcpStoreClient::add, py::arg("key"), py::arg("delta"), py::call_guard<py::gil_scoped_release>())
+      .def("wait", &TcpStoreClient::wait, py::arg("keys"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("check", &TcpStoreClient::check, py::arg("key"), py::call_guard<py::gil_scoped_release>());
+}
+
+void register_options(py::module_& m) {
+  py::class_<Tuning>(m, "Tuning")
+      .def(py::init<>())
+      .def_readwrite("alpha_s", &Tuning::alpha_s)
+      .def_readwrite("beta_bytes_per_s", &Tuning::beta_bytes_per_s)
+      .def_readwrite("segment_bytes", &Tuning::segment_bytes)
+      .def_readwrite("small_threshold_bytes", &Tuning::small_threshold_bytes)
+      .def_readwrite("max_segments_in_flight", &Tuning::max_segments_in_flight);
+
+  py::class_<ConnectOptions>(m, "ConnectOptions")
+      .def(py::init<>())
+      .def_readwrite("rank", &ConnectOptions::rank)
+      .def_readwrite("size", &ConnectOptions::size)
+      .def_readwrite("local_rank", &ConnectOptions::local_rank)
+      .def_readwrite("local_size", &ConnectOptions::local_size)
+      .def_readwrite("store_host", &ConnectOptions::store_host)
+      .def_readwrite("store_port", &ConnectOptions::store_port)
+      .def_property(
+          "secret", [](const ConnectOptions& o) { return py::bytes(o.secret); },
+          [](ConnectOptions& o, py::bytes s) { o.secret = std::string(s); })
+      .def_readwrite("bind_host", &ConnectOptions::bind_host)
+      .def_readwrite("store_prefix", &ConnectOptions::store_prefix)
+      .def_readwrite("connect_timeout_s", &ConnectOptions::connect_timeout_s)
+      .def_readwrite("shm_enable", &ConnectOptions::shm_enable)
+      .def_readwrite("tuning", &ConnectOptions::tuning);
+}
+
+}  // namespace
+
+void register_runtime(py::module_& m) {
+  register_codes(m);
+  register_errors(m);
+  m.def("build_info", &build_info, "What this extension was built with.");
+  register_store(m);
+  register_options(m);
+  register_communicator(m);
+}
+
+}  // namespace phv

@@ -1,0 +1,55 @@
+// phv::Engine: an EngineCore on top of a TcpBackend (connections, store) built from the options.
+#include "engine/engine.h"
+
+#include "common/error.h"
+#include "engine/engine_core.h"
+
+namespace phv {
+
+struct Engine::Impl {
+  // Raw pointers: when shutdown() could not stop the background thread (an unresponsive peer), the
+  // thread still uses both, so they are deliberately leaked instead of destroyed under it.
+  TcpBackend* backend = nullptr;
+  EngineCore* core = nullptr;
+  bool leaked = false;
+
+  ~Impl() {
+    if (leaked) return;
+    delete core;
+    delete backend;
+  }
+};
+
+Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
+  set_log_level(options.log_level);
+  set_log_rank(options.connect.rank);
+  impl_->backend = new TcpBackend(options.connect);
+  try {
+    impl_->core = new EngineCore(impl_->backend->transport(), impl_->backend->tuning(), options);
+  } catch (...) {
+    delete impl_->backend;
+    impl_->backend = nullptr;
+    throw;
+  }
+}
+
+Engine::~Engine() { shutdown(); }
+
+Handle Engine::enqueue(Request request, double timeout_s) { return impl_->core->enqueue(std::move(request), timeout_s); }
+bool Engine::poll(Handle handle) { return impl_->core->poll(handle); }
+Result Engine::wait(Handle handle) { return impl_->core->wait(handle); }
+int Engine::add_process_set(const std::vector<int>& ranks) { return impl_->core->add_process_set(ranks); }
+void Engine::remove_process_set(int id) { impl_->core->remove_process_set(id); }
+std::vector<int> Engine::process_set_ranks(int id) const { return impl_->core->process_set_ranks(id); }
+std::vector<int> Engine::process_set_ids() const { return impl_->core->process_set_ids(); }
+void Engine::start_timeline(const std::string& path, bool mark_cycles) { impl_->core->start_timeline(path, mark_cycles); }
+void Engine::stop_timeline() { impl_->core->stop_timeline(); }
+int Engine::rank() const { return impl_->core->rank(); }
+int Engine::size() const { return impl_->core->size(); }
+
+void Engine::shutdown() {
+  if (impl_->leaked || impl_->core == nullptr) return;
+  if (!impl_->core->shutdown()) impl_->leaked = true;
+}
+
+}  // namespace phv

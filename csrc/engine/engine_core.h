@@ -1,0 +1,132 @@
+// The engine over an already connected Transport: what phv::Engine runs on top of a TcpBackend, and what
+// the C++ tests run with an in-memory transport (threads as ranks).
+//
+// Threads: callers enqueue/poll/wait; one background thread runs rounds. A round = build this rank's
+// RankMessage, one gather + broadcast with the coordinator (global rank 0), execute the agreed list.
+// Pacing: the thread starts a round at once when something was enqueued, or when it has requests the
+// other ranks have not all submitted yet and the last round did not say "all waiting" (it then blocks in
+// the transport until the others' next round, so no sleep ever delays a ready request); otherwise it
+// sleeps until an enqueue or cycle_time_ms after the last round began.
+//
+// Failures: a mismatch or timeout fails only its request (on every rank). A transport failure leaves the
+// byte streams in an unknown state, so the engine stops: the failed requests get the error with our rank,
+// the op, name and sequence; everything else pending, and every later call, fails with SHUTDOWN quoting
+// that first error.
+#pragma once
+#include <array>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+#include "algorithms/tuning.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
+#include "engine/messages.h"
+#include "engine/negotiation.h"
+#include "engine/op.h"
+#include "engine/process_set.h"
+#include "engine/response_cache.h"
+#include "engine/timeline.h"
+
+namespace phv {
+
+class EngineCore {
+ public:
+  // transport must outlive the core (or, after a shutdown that timed out, be leaked with it).
+  EngineCore(Transport& transport, const Tuning& tuning, const EngineOptions& options);
+  ~EngineCore();
+
+  Handle enqueue(Request request, double timeout_s);
+  bool poll(Handle handle);
+  Result wait(Handle handle);
+  int add_process_set(const std::vector<int>& ranks);
+  void remove_process_set(int id);
+  std::vector<int> process_set_ranks(int id) const { return sets_.ranks(id); }
+  std::vector<int> process_set_ids() const { return sets_.ids(); }
+  void start_timeline(const std::string& path, bool mark_cycles);
+  void stop_timeline();
+  // Returns true when the background thread has exited (false: it is stuck past the bound; the caller
+  // must then leak this object rather than destroy it).
+  bool shutdown();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  using OpPtr = std::shared_ptr<Op>;
+
+  Handle submit(const OpPtr& op);  // under no lock; checks duplicates and the stopped state
+  void loop();
+  bool wait_for_work();            // false: stop
+  void take_incoming();
+  void build_message(Deadline& round_deadline);
+  void exchange(Deadline deadline);
+  void drive(Deadline deadline);
+  void execute();
+  void run_unit(size_t begin, size_t end);
+  void apply_set_change(const ResponseItem& item, Op* op);
+  void complete(const OpPtr& op);
+  void fail(const OpPtr& op, ErrorKind kind, const std::string& message);
+  void stop_all(ErrorKind kind, const std::string& reason);
+  OpPtr find_pending(const Desc& d);
+
+  Transport& transport_;
+  EngineOptions options_;
+  int rank_;
+  int size_;
+
+  // Shared with callers, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // engine thread waits for enqueues
+  std::condition_variable done_cv_;  // callers wait for completions
+  std::vector<OpPtr> incoming_;
+  std::unordered_map<Handle, OpPtr> handles_;
+  std::unordered_map<Key, Handle, KeyHash> in_flight_;  // duplicate-name check
+  Handle next_handle_ = 1;
+  int64_t next_seq_ = 1;
+  std::array<int64_t, 8> next_auto_name_{};  // per OpType
+  int64_t next_set_change_ = 0;
+  bool join_in_flight_ = false;
+  bool stop_requested_ = false;
+  bool stopped_ = false;
+  ErrorKind stop_kind_ = ErrorKind::SHUTDOWN;
+  std::string stop_reason_;
+  bool thread_exited_ = false;
+  std::condition_variable exit_cv_;
+
+  // Engine thread only.
+  ProcessSetRegistry sets_;
+  ResponseCache cache_;
+  Timeline timeline_;
+  Executor executor_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unordered_map<Key, OpPtr, KeyHash> pending_;
+  std::unordered_map<int64_t, std::vector<OpPtr>> groups_;
+  OpPtr join_op_;
+  std::vector<OpPtr> taken_;
+  bool all_waiting_ = false;       // the last round said nobody can progress without an enqueue
+  bool waiting_ = false;           // this rank reported requests that have not run yet
+  bool stop_req_seen_ = false;     // stop_requested_ as of this round
+  bool stop_after_round_ = false;
+  uint64_t round_ = 0;
+  struct {
+    uint64_t rounds = 0, cached = 0, full = 0, errors = 0, units = 0, fused = 0;
+  } stats_;  // logged at INFO when the thread stops (tests check fusion and cache hits with it)
+  Clock::time_point next_cycle_;
+  RankMessage msg_;
+  std::vector<RankMessage> msgs_;            // coordinator: every rank's message
+  std::vector<std::vector<uint8_t>> slots_;  // coordinator: receive buffers per rank
+  std::vector<uint8_t> send_buf_;
+  std::vector<uint8_t> resp_buf_;
+  ResponseList resp_;
+  std::vector<RequestId> completed_;
+  std::vector<UnitEntry> unit_;
+  std::vector<OpPtr> unit_ops_;
+  std::vector<OpPtr> finished_;
+  Key tmp_key_;
+
+  std::thread thread_;
+};
+
+}  // namespace phv

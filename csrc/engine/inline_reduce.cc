@@ -1,0 +1,61 @@
+#include "engine/inline_reduce.h"
+
+#include <cstring>
+
+#include "common/reduce.h"
+
+namespace phv {
+
+bool inline_eligible(const Desc& d) {
+  return d.kind == static_cast<uint8_t>(OpType::ALLREDUCE) && d.device < 0 && d.group_size == 0 &&
+         d.bytes() > 0 && d.bytes() <= kInlineBytes;
+}
+
+void append_inline(RankMessage& m, int pos, const Op& op) {
+  InlineData& rec = m.add_inline();
+  rec.pos = pos;
+  size_t bytes = op.desc.bytes();
+  rec.data.resize(bytes);
+  std::memcpy(rec.data.data(), op.req.input, bytes);
+  if (op.desc.prescale != 1.0) scale_buffer(rec.data.data(), static_cast<size_t>(op.desc.count()), op.desc.dtype, op.desc.prescale);
+}
+
+namespace {
+const InlineData* find_inline(const RankMessage& m, int pos) {
+  for (size_t i = 0; i < m.n_inlines; ++i) {
+    if (m.inlines[i].pos == pos) return &m.inlines[i];
+  }
+  return nullptr;
+}
+}  // namespace
+
+bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
+                   const std::vector<uint8_t>& joined, std::vector<uint8_t>& out) {
+  size_t bytes = d.bytes();
+  ReduceOp op = d.op == ReduceOp::AVERAGE ? ReduceOp::SUM : d.op;
+  bool first = true;
+  for (int m : members) {
+    const InlineData* rec = find_inline(msgs[static_cast<size_t>(m)], pos);
+    if (rec == nullptr || rec->data.size() != bytes) {
+      if (joined[static_cast<size_t>(m)] && rec == nullptr) continue;  // joined: contributes the identity
+      return false;
+    }
+    if (first) {
+      out.assign(rec->data.begin(), rec->data.end());
+      first = false;
+    } else {
+      reduce_into(out.data(), rec->data.data(), static_cast<size_t>(d.count()), d.dtype, op);
+    }
+  }
+  return !first;
+}
+
+void finish_inline(const ResponseItem& item, Op& op, int set_size) {
+  const Desc& d = *item.agreed;
+  std::memcpy(op.req.output, item.data.data(), item.data.size());
+  double post = d.op == ReduceOp::AVERAGE ? d.postscale / set_size : d.postscale;
+  if (post != 1.0) scale_buffer(op.req.output, static_cast<size_t>(d.count()), d.dtype, post);
+  op.result.output_shape = d.shape;
+}
+
+}  // namespace phv

@@ -1,0 +1,34 @@
+// Small allreduces carried by the negotiation round itself.
+//
+// A cached allreduce of at most kInlineBytes (a loss, a metric, a counter) would otherwise cost a round
+// (gather + broadcast) and then a collective of its own. Instead each rank puts its (prescaled) bytes
+// next to the request's cache bit; when the coordinator sees the bit set on every member, it reduces the
+// members' bytes in set order and broadcasts the result inside the response (item type INLINE), so the
+// whole operation is one gather + broadcast. When some member is not ready yet the bytes are simply
+// dropped and sent again next round, like the bit. A member that has joined contributes nothing (the
+// identity). Every rank receives the coordinator's bytes, so all ranks hold bit-identical results.
+#pragma once
+#include <cstdint>
+#include <vector>
+#include "engine/messages.h"
+#include "engine/op.h"
+#include "engine/response_cache.h"
+
+namespace phv {
+
+constexpr size_t kInlineBytes = 256;
+
+bool inline_eligible(const Desc& d);
+
+// Worker: appends this request's input (times its prescale) for bit position `pos`.
+void append_inline(RankMessage& m, int pos, const Op& op);
+
+// Coordinator: if every non-joined member sent bytes for pos, writes their reduction into `out` and
+// returns true; false (out untouched) otherwise.
+bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
+                   const std::vector<uint8_t>& joined, std::vector<uint8_t>& out);
+
+// Every rank: copies an INLINE item's result into the request's output and applies the postscale.
+void finish_inline(const ResponseItem& item, Op& op, int set_size);
+
+}  // namespace phv

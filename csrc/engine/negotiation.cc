@@ -1,0 +1,407 @@
+#include "engine/negotiation.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/logging.h"
+
+namespace phv {
+
+namespace {
+
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::vector<int64_t> wide(ranks.begin(), ranks.end());
+  return shape_str(wide);
+}
+
+std::string label(uint8_t kind, const Key& key) {
+  std::string s = std::string(kind_name(kind)) + " '" + key.name + "'";
+  if (key.set != 0) s += " in process set " + std::to_string(key.set);
+  return s;
+}
+
+const uint8_t kAllreduce = static_cast<uint8_t>(OpType::ALLREDUCE);
+
+}  // namespace
+
+Coordinator::Coordinator(int world, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
+                         const EngineOptions& options, bool gpu_built)
+    : world_(world), sets_(sets), cache_(cache), timeline_(timeline),
+      fusion_threshold_(options.fusion_threshold_bytes), gpu_built_(gpu_built),
+      stall_(options.stall_check_s, options.stall_shutdown_s, options.stall_check_disable),
+      joined_(static_cast<size_t>(world), 0), join_order_(static_cast<size_t>(world), 0) {}
+
+void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out) {
+  Clock::time_point now = Clock::now();
+  out.clear();
+  bool any_new = false;
+  bool all_waiting = true;
+  int shutdown_rank = -1;
+  for (int r = 0; r < world_; ++r) {
+    const RankMessage& m = msgs[static_cast<size_t>(r)];
+    joined_[static_cast<size_t>(r)] = (m.flags & kRankJoined) != 0;
+    if (joined_[static_cast<size_t>(r)] && join_order_[static_cast<size_t>(r)] == 0) {
+      join_order_[static_cast<size_t>(r)] = ++join_counter_;
+    }
+    if (!(m.flags & kRankWaiting)) all_waiting = false;
+    if ((m.flags & kRankShutdown) && shutdown_rank < 0) shutdown_rank = r;
+    if (m.n_news > 0 || m.n_expiries > 0) any_new = true;
+  }
+
+  take_new(msgs, now);
+  expiries_.clear();
+  expiry_rank_.clear();
+  for (int r = 0; r < world_; ++r) {
+    const RankMessage& m = msgs[static_cast<size_t>(r)];
+    for (size_t i = 0; i < m.n_expiries; ++i) {
+      expiries_.push_back(&m.expiries[i]);
+      expiry_rank_.push_back(r);
+    }
+  }
+  take_bits(msgs, now, out);
+  take_expiries(msgs, now, out);
+  take_table(now, out);
+  planner_.plan(out, cache_, fusion_threshold_);
+  resolve_items(out, cache_);
+  check_stalls(msgs, now, out);
+
+  bool all_joined = world_ > 0;
+  for (int r = 0; r < world_; ++r) all_joined = all_joined && joined_[static_cast<size_t>(r)];
+  if (all_joined) {
+    // The last to join is the one that joined in the latest round (ties: the highest rank).
+    int last = 0;
+    for (int r = 1; r < world_; ++r) {
+      if (join_order_[static_cast<size_t>(r)] >= join_order_[static_cast<size_t>(last)]) last = r;
+    }
+    out.flags |= kRespJoinDone;
+    out.join_value = last;
+    std::fill(join_order_.begin(), join_order_.end(), 0);
+    join_counter_ = 0;
+  }
+  if (shutdown_rank >= 0 && !(out.flags & kRespShutdown)) {
+    out.flags |= kRespShutdown;
+    out.shutdown_rank = shutdown_rank;
+    out.shutdown_reason = "rank " + std::to_string(shutdown_rank) + " shut down";
+  }
+  if (out.n == 0 && all_waiting && !any_new && !(out.flags & (kRespJoinDone | kRespShutdown))) {
+    out.flags |= kRespAllWaiting;
+  }
+}
+
+void Coordinator::take_new(const std::vector<RankMessage>& msgs, Clock::time_point now) {
+  for (int r = 0; r < world_; ++r) {
+    const RankMessage& m = msgs[static_cast<size_t>(r)];
+    for (size_t i = 0; i < m.n_news; ++i) {
+      const Desc& d = m.news[i];
+      Key key = d.key();
+      TableEntry& e = table_[key];
+      if (e.have.empty()) {
+        e.descs.resize(static_cast<size_t>(world_));
+        e.have.assign(static_cast<size_t>(world_), 0);
+        e.first_seen = now;
+        e.order = next_order_++;
+        timeline_.begin(key, span_name("NEGOTIATE_", d.kind), now);
+      }
+      e.descs[static_cast<size_t>(r)] = d;
+      e.have[static_cast<size_t>(r)] = 1;
+      timeline_.mark(key, "rank " + std::to_string(r) + " ready", now);
+    }
+  }
+}
+
+bool Coordinator::expiring(const Key& key) const {
+  for (const Expiry* x : expiries_) {
+    if (x->key == key) return true;
+  }
+  return false;
+}
+
+void Coordinator::take_bits(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out) {
+  size_t words = 0;
+  for (const RankMessage& m : msgs) words = std::max(words, m.bits.size());
+  or_bits_.assign(words, 0);
+  for (const RankMessage& m : msgs) {
+    for (size_t w = 0; w < m.bits.size(); ++w) or_bits_[w] |= m.bits[w];
+  }
+  bool tl = timeline_.active();
+  for (size_t w = 0; w < words; ++w) {
+    for (uint64_t word = or_bits_[w]; word != 0; word &= word - 1) {
+      int pos = static_cast<int>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+      if (!cache_.valid(pos)) continue;
+      const CacheEntry& ce = cache_.entry(pos);
+      const Desc& d = ce.desc;
+      if (!expiries_.empty() && expiring(d.key())) continue;
+      ProcessSet* ps = sets_.get(d.set);
+      if (ps == nullptr) continue;
+      const std::vector<int>& members = ps->comm.members;
+      if (!table_.empty()) {
+        auto it = table_.find(d.key());
+        if (it != table_.end()) {
+          // Some rank reported this key by descriptor: fold the bit holders in and let the table decide.
+          for (size_t i = 0; i < members.size(); ++i) {
+            int m = members[i];
+            if (!msgs[static_cast<size_t>(m)].bit(pos)) continue;
+            Desc& mine = it->second.descs[static_cast<size_t>(m)];
+            mine = d;
+            if (d.kind == static_cast<uint8_t>(OpType::ALLGATHER)) mine.shape[0] = ce.dim0s[i];
+            it->second.have[static_cast<size_t>(m)] = 1;
+          }
+          continue;
+        }
+      }
+      bool all = true;
+      bool joined_missing = false;
+      for (int m : members) {
+        if (msgs[static_cast<size_t>(m)].bit(pos)) continue;
+        if (joined_[static_cast<size_t>(m)]) {
+          joined_missing = true;
+          continue;
+        }
+        all = false;
+        break;
+      }
+      auto p = partial_.find(pos);
+      bool fresh = p == partial_.end() || p->second.generation != ce.generation;
+      if (all) {
+        if (tl) {
+          Key key = d.key();
+          if (fresh) timeline_.begin(key, span_name("NEGOTIATE_", d.kind), now);
+          for (int m : members) {
+            bool marked = !fresh && p->second.marked[static_cast<size_t>(m)];
+            if (msgs[static_cast<size_t>(m)].bit(pos) && !marked) {
+              timeline_.mark(key, "rank " + std::to_string(m) + " ready", now);
+            }
+          }
+          timeline_.end(key, span_name("NEGOTIATE_", d.kind), now);
+        }
+        if (p != partial_.end()) partial_.erase(p);
+        if (joined_missing && d.kind != kAllreduce) {
+          add_error(out, d.key(), d.kind, ErrorKind::INTERNAL,
+                    label(d.kind, d.key()) + " cannot run while ranks " +
+                        ranks_str(joined_missing_members(members)) + " have joined: only allreduce supports join");
+        } else {
+          ResponseItem& item = out.add();
+          item.type = ItemType::CACHED;
+          item.pos = pos;
+        }
+        continue;
+      }
+      // Not ready yet: remember since when (stall inspector) and who is ready (timeline marks).
+      Partial& part = partial_[pos];
+      if (fresh) {
+        part.generation = ce.generation;
+        part.first_seen = now;
+        part.marked.assign(static_cast<size_t>(world_), 0);
+        if (tl) timeline_.begin(d.key(), span_name("NEGOTIATE_", d.kind), now);
+      }
+      for (int m : members) {
+        if (msgs[static_cast<size_t>(m)].bit(pos) && !part.marked[static_cast<size_t>(m)]) {
+          part.marked[static_cast<size_t>(m)] = 1;
+          if (tl) timeline_.mark(d.key(), "rank " + std::to_string(m) + " ready", now);
+        }
+      }
+    }
+  }
+  // Positions nobody reports any more (resolved through the table, expired, evicted) stop being partial.
+  for (auto it = partial_.begin(); it != partial_.end();) {
+    size_t w = static_cast<size_t>(it->first) / 64;
+    bool set = w < or_bits_.size() && ((or_bits_[w] >> (it->first % 64)) & 1u);
+    it = set ? std::next(it) : partial_.erase(it);
+  }
+}
+
+std::vector<int> Coordinator::joined_missing_members(const std::vector<int>& members) const {
+  std::vector<int> out;
+  for (int m : members) {
+    if (joined_[static_cast<size_t>(m)]) out.push_back(m);
+  }
+  return out;
+}
+
+void Coordinator::take_expiries(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out) {
+  for (size_t i = 0; i < expiries_.size(); ++i) {
+    const Expiry& x = *expiries_[i];
+    bool dup = false;
+    for (size_t j = 0; j < i; ++j) dup = dup || expiries_[j]->key == x.key;
+    if (dup) continue;
+    ProcessSet* ps = sets_.get(x.key.set);
+    int pos = cache_.lookup(x.key);
+    auto it = table_.find(x.key);
+    std::vector<int> missing;
+    if (ps != nullptr) {
+      for (int m : ps->comm.members) {
+        bool submitted = joined_[static_cast<size_t>(m)] ||
+                         (it != table_.end() && it->second.have[static_cast<size_t>(m)]) ||
+                         (pos >= 0 && msgs[static_cast<size_t>(m)].bit(pos));
+        for (size_t j = 0; j < expiries_.size() && !submitted; ++j) {
+          submitted = expiry_rank_[j] == m && expiries_[j]->key == x.key;
+        }
+        if (!submitted) missing.push_back(m);
+      }
+    }
+    std::ostringstream msg;
+    msg << label(x.kind, x.key) << " timed out after " << x.waited_s << " s (request #" << x.request_seq
+        << " on rank " << expiry_rank_[i] << "): ";
+    if (missing.empty()) {
+      msg << "every rank had submitted it, but it did not run before the deadline";
+    } else {
+      msg << "ranks " << ranks_str(missing) << " never submitted it";
+    }
+    add_error(out, x.key, x.kind, ErrorKind::TIMEOUT, msg.str());
+    if (it != table_.end()) table_.erase(it);
+    if (pos >= 0) partial_.erase(pos);
+  }
+}
+
+void Coordinator::take_table(Clock::time_point now, ResponseList& out) {
+  if (table_.empty()) return;
+  ready_.clear();
+  for (auto it = table_.begin(); it != table_.end();) {
+    ProcessSet* ps = sets_.get(it->first.set);
+    if (ps == nullptr) {
+      uint8_t kind = 0;
+      for (int r = 0; r < world_; ++r) {
+        if (it->second.have[static_cast<size_t>(r)]) kind = it->second.descs[static_cast<size_t>(r)].kind;
+      }
+      add_error(out, it->first, kind, ErrorKind::INVALID_ARGUMENT,
+                "process set " + std::to_string(it->first.set) + " was removed before the request could run");
+      it = table_.erase(it);
+      continue;
+    }
+    bool all = true;
+    for (int m : ps->comm.members) {
+      if (!it->second.have[static_cast<size_t>(m)] && !joined_[static_cast<size_t>(m)]) {
+        all = false;
+        break;
+      }
+    }
+    if (all) ready_.emplace_back(it->second.order, it->first);
+    ++it;
+  }
+  if (ready_.empty()) return;
+  std::sort(ready_.begin(), ready_.end(),
+            [](const std::pair<uint64_t, Key>& a, const std::pair<uint64_t, Key>& b) { return a.first < b.first; });
+  // A grouped request waits until every member of its group is ready (groups run as one unit).
+  std::unordered_map<std::string, int> group_ready;
+  for (auto& rk : ready_) {
+    const TableEntry& e = table_[rk.second];
+    for (int r = 0; r < world_; ++r) {
+      if (!e.have[static_cast<size_t>(r)]) continue;
+      const Desc& d = e.descs[static_cast<size_t>(r)];
+      if (d.group_size > 0) group_ready[std::to_string(d.set) + "/" + d.group_key]++;
+      break;
+    }
+  }
+  for (auto& rk : ready_) {
+    auto it = table_.find(rk.second);
+    const TableEntry& e = it->second;
+    const Desc* ref = nullptr;
+    for (int r = 0; r < world_ && ref == nullptr; ++r) {
+      if (e.have[static_cast<size_t>(r)]) ref = &e.descs[static_cast<size_t>(r)];
+    }
+    if (ref->group_size > 0 && group_ready[std::to_string(ref->set) + "/" + ref->group_key] < ref->group_size) {
+      continue;
+    }
+    verdict(it->first, it->second, sets_.get(it->first.set)->comm.members, out);
+    if (out.items[out.n - 1].type == ItemType::FULL) {
+      timeline_.end(it->first, span_name("NEGOTIATE_", ref->kind), now);
+    }
+    table_.erase(it);
+  }
+}
+
+void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>& members, ResponseList& out) {
+  int ref = -1;
+  for (int m : members) {
+    if (e.have[static_cast<size_t>(m)]) {
+      ref = m;
+      break;
+    }
+  }
+  if (ref < 0) {  // only ranks outside the set reported it: enqueue() rejects that, so never expected
+    add_error(out, key, 0, ErrorKind::INTERNAL, "'" + key.name + "' was submitted only by non-members of its set");
+    return;
+  }
+  const Desc& a = e.descs[static_cast<size_t>(ref)];
+  std::string msg;
+  for (int m : members) {
+    if (m == ref || !e.have[static_cast<size_t>(m)]) continue;
+    msg = compare_descs(a, ref, e.descs[static_cast<size_t>(m)], m);
+    if (!msg.empty()) break;
+  }
+  ErrorKind kind = ErrorKind::INTERNAL;
+  if (msg.empty() && a.kind != kAllreduce) {
+    std::vector<int> absent;
+    for (int m : members) {
+      if (!e.have[static_cast<size_t>(m)]) absent.push_back(m);
+    }
+    if (!absent.empty()) {
+      msg = label(a.kind, key) + " cannot run while ranks " + ranks_str(absent) +
+            " have joined: only allreduce supports join";
+    }
+  }
+  if (msg.empty() && a.device >= 0 && !gpu_built_) {
+    kind = ErrorKind::INVALID_ARGUMENT;
+    msg = "CUDA tensors need the GPU backend (NCCL), and pyhorovod was built without it";
+  }
+  if (!msg.empty()) {
+    add_error(out, key, a.kind, kind, msg);
+    return;
+  }
+  ResponseItem& item = out.add();
+  item.type = ItemType::FULL;
+  item.desc = a;
+  if (a.kind == static_cast<uint8_t>(OpType::ALLGATHER)) {
+    for (int m : members) item.dim0s.push_back(e.descs[static_cast<size_t>(m)].shape[0]);
+  }
+}
+
+void Coordinator::add_error(ResponseList& out, const Key& key, uint8_t kind, ErrorKind err, const std::string& msg) {
+  ResponseItem& item = out.add();
+  item.type = ItemType::ERROR;
+  item.desc.kind = kind;
+  item.desc.set = key.set;
+  item.desc.name = key.name;
+  item.error_kind = err;
+  item.message = msg;
+  timeline_.end(key, span_name("NEGOTIATE_", kind), Clock::now(), msg);
+}
+
+void Coordinator::check_stalls(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out) {
+  if (!stall_.due(now)) return;
+  std::vector<int> missing;
+  for (const auto& kv : table_) {
+    ProcessSet* ps = sets_.get(kv.first.set);
+    if (ps == nullptr) continue;
+    missing.clear();
+    uint8_t kind = 0;
+    for (int m : ps->comm.members) {
+      if (kv.second.have[static_cast<size_t>(m)]) {
+        kind = kv.second.descs[static_cast<size_t>(m)].kind;
+      } else if (!joined_[static_cast<size_t>(m)]) {
+        missing.push_back(m);
+      }
+    }
+    stall_.consider(kv.first, kind, std::chrono::duration<double>(now - kv.second.first_seen).count(), missing);
+  }
+  for (const auto& kv : partial_) {
+    if (!cache_.valid(kv.first)) continue;
+    const CacheEntry& ce = cache_.entry(kv.first);
+    ProcessSet* ps = sets_.get(ce.desc.set);
+    if (ps == nullptr || ce.generation != kv.second.generation) continue;
+    missing.clear();
+    for (int m : ps->comm.members) {
+      if (!msgs[static_cast<size_t>(m)].bit(kv.first) && !joined_[static_cast<size_t>(m)]) missing.push_back(m);
+    }
+    stall_.consider(ce.desc.key(), ce.desc.kind, std::chrono::duration<double>(now - kv.second.first_seen).count(),
+                    missing);
+  }
+  std::string reason = stall_.conclude(now);
+  if (!reason.empty()) {
+    out.flags |= kRespShutdown;
+    out.shutdown_rank = 0;
+    out.shutdown_reason = reason;
+  }
+}
+
+}  // namespace phv

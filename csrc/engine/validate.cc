@@ -1,0 +1,91 @@
+#include "engine/validate.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace phv {
+
+Desc validate_request(const Request& req, int set_size) {
+  int type = static_cast<int>(req.type);
+  PHV_CHECK_ARG(type >= 0 && type <= static_cast<int>(OpType::BARRIER), "unknown op type ", type);
+  const char* op = op_type_name(req.type);
+  const std::string what = std::string(op) + " '" + req.name + "'";
+  int dt = static_cast<int>(req.dtype);
+  PHV_CHECK_ARG(dt >= 0 && dt <= static_cast<int>(DataType::BOOL), what, ": unknown dtype code ", dt);
+  int rop = static_cast<int>(req.reduce_op);
+  PHV_CHECK_ARG(rop >= 0 && rop <= static_cast<int>(ReduceOp::PRODUCT), what, ": unknown reduce op code ", rop);
+  PHV_CHECK_ARG(std::isfinite(req.prescale) && std::isfinite(req.postscale), what,
+                ": prescale and postscale must be finite");
+
+  Desc d;
+  d.kind = static_cast<uint8_t>(req.type);
+  d.set = req.process_set;
+  d.device = req.device;
+  d.name = req.name;
+  if (req.type == OpType::BARRIER) return d;  // nothing but the name and the set to agree on
+
+  d.dtype = req.dtype;
+  d.shape = req.shape;
+  int64_t count = 1;
+  for (int64_t dim : req.shape) {
+    PHV_CHECK_ARG(dim >= 0, what, ": negative dimension in shape ", shape_str(req.shape));
+    count *= dim;
+  }
+  PHV_CHECK_ARG(count == 0 || req.input != nullptr, what, ": input pointer is null");
+
+  bool reduces = req.type == OpType::ALLREDUCE || req.type == OpType::REDUCESCATTER;
+  if (reduces) {
+    d.op = req.reduce_op;
+    d.prescale = req.prescale;
+    d.postscale = req.postscale;
+    if (req.dtype == DataType::BOOL) {
+      PHV_CHECK_ARG(req.reduce_op != ReduceOp::AVERAGE && req.prescale == 1.0 && req.postscale == 1.0, what,
+                    ": bool tensors support sum, min, max and product without scale factors");
+    }
+  }
+  switch (req.type) {
+    case OpType::ALLREDUCE:
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      break;
+    case OpType::BROADCAST:
+      PHV_CHECK_ARG(req.root >= 0 && req.root < set_size, what, ": root rank ", req.root, " is out of range [0, ",
+                    set_size, ")");
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      d.root = req.root;
+      break;
+    case OpType::ALLGATHER:
+      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
+      break;
+    case OpType::REDUCESCATTER:
+      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      break;
+    case OpType::ALLTOALL: {
+      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
+      if (req.splits.empty()) {
+        PHV_CHECK_ARG(req.shape[0] % set_size == 0, what, ": the first dimension (", req.shape[0],
+                      ") is not divisible by the number of ranks (", set_size, "); pass splits");
+      } else {
+        PHV_CHECK_ARG(static_cast<int>(req.splits.size()) == set_size, what, ": ", req.splits.size(),
+                      " splits given for ", set_size, " ranks");
+        int64_t sum = 0;
+        for (int64_t s : req.splits) {
+          PHV_CHECK_ARG(s >= 0, what, ": negative split ", s);
+          sum += s;
+        }
+        PHV_CHECK_ARG(sum == req.shape[0], what, ": splits add up to ", sum, " but the first dimension is ",
+                      req.shape[0]);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  PHV_CHECK_ARG(req.group == 0 || req.group_size >= 1, what, ": group ", req.group, " has group_size ",
+                req.group_size);
+  if (req.group != 0) d.group_size = static_cast<int32_t>(req.group_size);
+  return d;
+}
+
+}  // namespace phv

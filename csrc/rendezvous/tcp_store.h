@@ -1,0 +1,90 @@
+// The rendezvous key/value store over TCP: a server (background thread, one poll loop over all clients)
+// and a client implementing phv::Store. Every connection starts with the secret handshake
+// (transport/handshake.h); only then are requests parsed.
+//
+// Wire format after the handshake (little-endian):
+//   request  = magic "PHVQ" u32 | op u32 | body_len u32 | nkeys u32 | arg i64 | body
+//              body = nkeys x (key_len u32 | key bytes) followed by the value bytes
+//              arg  = delta for ADD, timeout in ms for GET/WAIT
+//   response = magic "PHVR" u32 | status u32 | body_len u32 | 0 u32 | value i64 | body
+// body_len, nkeys and every key length are checked against fixed caps before anything is allocated.
+// get and wait block in the server (the reply is deferred) until the keys exist or the timeout passes.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "transport/socket.h"
+
+namespace phv {
+
+constexpr uint32_t kStoreMaxBody = 64u << 20;  // caps a value (plus keys) at 64 MiB
+constexpr uint32_t kStoreMaxKeys = 4096;
+constexpr uint32_t kStoreMaxKeyBytes = 4096;
+constexpr const char* kStoreContext = "phv-store";
+
+class TcpStoreServer {
+ public:
+  // Listens on host:port (0: any free port) and serves from a background thread until close().
+  TcpStoreServer(const std::string& host, int port, const std::string& secret);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+  const std::string& host() const { return host_; }
+  void close();  // idempotent; joins the thread
+  size_t rejected_connections() const { return rejected_.load(); }  // failed handshakes and bad frames
+
+ private:
+  struct State;
+  void run();
+
+  std::string host_;
+  int port_ = 0;
+  std::string secret_;
+  Fd listen_fd_;
+  Fd wake_fd_;  // eventfd: close() wakes the poll loop
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> rejected_{0};
+  std::mutex close_mu_;
+};
+
+class TcpStoreClient : public Store {
+ public:
+  // Connects (retrying until timeout_s: the server may not be up yet) and runs the handshake.
+  // timeout_s also bounds set/add/check; get/wait take their own timeout.
+  TcpStoreClient(const std::string& host, int port, const std::string& secret, double timeout_s);
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, double timeout_s) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, double timeout_s) override;
+  bool check(const std::string& key) override;
+
+  std::string address() const { return join_host_port(host_, port_); }
+
+ private:
+  struct Reply {
+    uint32_t status = 0;
+    int64_t value = 0;
+    std::string body;
+  };
+  Reply call(uint32_t op, const std::vector<std::string>& keys, const std::string& value, int64_t arg,
+             Deadline deadline, const std::string& what);
+  void connect_locked(Deadline deadline);
+
+  std::string host_;
+  int port_;
+  std::string secret_;
+  double timeout_s_;
+  std::mutex mu_;  // one request at a time on the connection
+  Fd fd_;
+};
+
+}  // namespace phv

@@ -1,0 +1,43 @@
+// Transport between ranks that are threads of one process -- for unit tests of the algorithms only.
+//
+// Semantics are deliberately strict (rendezvous): a send completes only when the matching receive has
+// been posted and the bytes copied, so an algorithm that would deadlock over TCP once messages outgrow
+// the socket buffers deadlocks (and times out) here too. Messages between one ordered pair match in
+// posting order; a length mismatch fails both ends with HvdError (INTERNAL), an expired deadline with
+// TIMEOUT. All ranks share one mutex/condition variable (simplicity over speed).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace phv {
+
+struct MemoryWorld;  // shared mailboxes, defined in memory_transport.cc
+
+class MemoryTransport : public Transport {
+ public:
+  MemoryTransport(std::shared_ptr<MemoryWorld> world, int rank);
+  ~MemoryTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  RequestId post_send(int peer, const void* buf, size_t len) override;
+  RequestId post_recv(int peer, void* buf, size_t len) override;
+  void progress(std::vector<RequestId>& completed, Deadline deadline) override;
+  size_t pending() const override;
+  std::string describe_peer(int peer) const override;
+
+  // Makes every rank's next progress() fail with PEER_LOST (a test whose thread died calls this so the
+  // others stop waiting instead of running into their deadlines).
+  void abort_world(const std::string& why);
+
+ private:
+  std::shared_ptr<MemoryWorld> world_;
+  int rank_;
+};
+
+// One transport per rank of a world of `size` threads.
+std::vector<std::unique_ptr<Transport>> make_memory_transports(int size);
+
+}  // namespace phv

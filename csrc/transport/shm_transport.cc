@@ -1,0 +1,216 @@
+#include "transport/shm_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/sha256.h"
+#include "transport/handshake.h"
+#include "transport/socket.h"
+
+namespace phv {
+
+// head: bytes ever written (only the producer stores it); tail: bytes ever read (only the consumer).
+// head - tail is the fill level. Each field has its own cache line so the two sides do not false-share.
+struct ShmLink::Ring {
+  alignas(64) std::atomic<uint64_t> head;
+  alignas(64) std::atomic<uint64_t> tail;
+  alignas(64) std::atomic<uint32_t> reader_sleeping;
+  alignas(64) std::atomic<uint32_t> writer_sleeping;
+  alignas(64) char data[kShmRingBytes];
+};
+
+namespace {
+
+constexpr size_t kMask = kShmRingBytes - 1;
+constexpr size_t kMapBytes = 2 * sizeof(ShmLink::Ring);
+constexpr size_t kNameBytes = 64;
+static_assert((kShmRingBytes & kMask) == 0, "ring size must be a power of two");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need address-free atomics");
+
+void copy_in(char* ring, uint64_t pos, const char* src, size_t len) {
+  size_t off = pos & kMask, first = std::min(len, kShmRingBytes - off);
+  std::memcpy(ring + off, src, first);
+  if (len > first) std::memcpy(ring, src + first, len - first);
+}
+
+void copy_out(const char* ring, uint64_t pos, char* dst, size_t len) {
+  size_t off = pos & kMask, first = std::min(len, kShmRingBytes - off);
+  std::memcpy(dst, ring + off, first);
+  if (len > first) std::memcpy(dst + first, ring, len - first);
+}
+
+void* map_fd(int fd) {
+  void* p = mmap(nullptr, kMapBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+}  // namespace
+
+ShmLink::ShmLink(void* base, size_t map_bytes, bool creator) : base_(base), map_bytes_(map_bytes) {
+  Ring* rings = static_cast<Ring*>(base);
+  out_ = creator ? &rings[0] : &rings[1];
+  in_ = creator ? &rings[1] : &rings[0];
+}
+
+ShmLink::~ShmLink() { munmap(base_, map_bytes_); }
+
+size_t ShmLink::write(const iovec* iov, int n) {
+  uint64_t head = out_->head.load(std::memory_order_relaxed);
+  size_t space = kShmRingBytes - (head - out_->tail.load(std::memory_order_acquire));
+  size_t total = 0;
+  for (int i = 0; i < n && space > 0; ++i) {
+    size_t len = std::min(iov[i].iov_len, space);
+    copy_in(out_->data, head + total, static_cast<const char*>(iov[i].iov_base), len);
+    total += len;
+    space -= len;
+  }
+  if (total) out_->head.store(head + total, std::memory_order_seq_cst);
+  return total;
+}
+
+size_t ShmLink::read(const iovec* iov, int n) {
+  uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  size_t avail = in_->head.load(std::memory_order_acquire) - tail;
+  size_t total = 0;
+  for (int i = 0; i < n && avail > 0; ++i) {
+    size_t len = std::min(iov[i].iov_len, avail);
+    copy_out(in_->data, tail + total, static_cast<char*>(iov[i].iov_base), len);
+    total += len;
+    avail -= len;
+  }
+  if (total) in_->tail.store(tail + total, std::memory_order_seq_cst);
+  return total;
+}
+
+bool ShmLink::can_write() const {
+  return out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_acquire) < kShmRingBytes;
+}
+
+bool ShmLink::can_read() const {
+  return in_->head.load(std::memory_order_acquire) != in_->tail.load(std::memory_order_relaxed);
+}
+
+bool ShmLink::sleep_until_readable() {
+  in_->reader_sleeping.store(1, std::memory_order_seq_cst);
+  if (in_->head.load(std::memory_order_seq_cst) != in_->tail.load(std::memory_order_relaxed)) {
+    in_->reader_sleeping.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+bool ShmLink::sleep_until_writable() {
+  out_->writer_sleeping.store(1, std::memory_order_seq_cst);
+  if (out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_seq_cst) < kShmRingBytes) {
+    out_->writer_sleeping.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+void ShmLink::clear_sleep_flags() {
+  in_->reader_sleeping.store(0, std::memory_order_relaxed);
+  out_->writer_sleeping.store(0, std::memory_order_relaxed);
+}
+
+bool ShmLink::peer_wants_data() {
+  return out_->reader_sleeping.load(std::memory_order_seq_cst) != 0 && out_->reader_sleeping.exchange(0) != 0;
+}
+
+bool ShmLink::peer_wants_space() {
+  return in_->writer_sleeping.load(std::memory_order_seq_cst) != 0 && in_->writer_sleeping.exchange(0) != 0;
+}
+
+std::string shm_host_id() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  stat("/dev/shm", &st);
+  return std::string(host) + "|" + boot + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
+std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
+                                                      const std::vector<std::string>& addrs, bool enable,
+                                                      Deadline deadline) {
+  const int size = static_cast<int>(fds.size());
+  std::vector<std::unique_ptr<ShmLink>> links(size);
+  auto who = [&](int p) { return "rank " + std::to_string(p) + " (" + addrs[p] + ")"; };
+  // Phase 1-2: every rank tells every peer {enabled, hash of host id}; each side decides the same way.
+  std::string id = shm_host_id();
+  Digest id_hash = sha256(id.data(), id.size());
+  uint8_t mine[33];
+  mine[0] = enable ? 1 : 0;
+  std::memcpy(mine + 1, id_hash.data(), 32);
+  for (int p = 0; p < size; ++p)
+    if (p != rank) send_all(fds[p], mine, sizeof(mine), deadline, who(p));
+  std::vector<char> same(size, 0);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    uint8_t theirs[33];
+    recv_all(fds[p], theirs, sizeof(theirs), deadline, who(p));
+    same[p] = enable && theirs[0] == 1 && std::memcmp(theirs + 1, mine + 1, 32) == 0;
+  }
+  // Phase 3: the lower rank of each same-host pair creates the mapping and sends its name ("" = failed).
+  std::vector<std::string> names(size);
+  std::vector<void*> maps(size, nullptr);
+  for (int p = rank + 1; p < size; ++p) {
+    if (!same[p]) continue;
+    uint8_t rnd[12];
+    random_bytes(rnd, sizeof(rnd));
+    std::string name = "/phv-" + to_hex(rnd, sizeof(rnd)) + "-" + std::to_string(rank) + "-" + std::to_string(p);
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      if (ftruncate(fd, kMapBytes) == 0) maps[p] = map_fd(fd);
+      ::close(fd);
+      if (maps[p]) names[p] = name;
+      else shm_unlink(name.c_str());
+    }
+    if (names[p].empty()) log(LogLevel::WARNING, "rank ", rank, ": shared memory with ", who(p), " unavailable (",
+                              errno_text(errno), "); using TCP");
+    char msg[kNameBytes] = {0};
+    std::memcpy(msg, names[p].data(), names[p].size());
+    send_all(fds[p], msg, sizeof(msg), deadline, who(p));
+  }
+  // Phase 4: the higher rank maps it and acknowledges (1) or declines (0).
+  for (int p = 0; p < rank; ++p) {
+    if (!same[p]) continue;
+    char msg[kNameBytes];
+    recv_all(fds[p], msg, sizeof(msg), deadline, who(p));
+    msg[kNameBytes - 1] = 0;
+    std::string name(msg);
+    uint8_t ack = 0;
+    if (!name.empty() && name.rfind("/phv-", 0) == 0) {
+      int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+      struct stat st {};
+      if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == kMapBytes) maps[p] = map_fd(fd);
+      if (fd >= 0) ::close(fd);
+      if (maps[p]) {
+        links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, false);
+        ack = 1;
+      }
+    }
+    send_all(fds[p], &ack, 1, deadline, who(p));
+  }
+  // Phase 5: the creator unlinks the name (both sides hold the mapping now) and keeps the link if acked.
+  for (int p = rank + 1; p < size; ++p) {
+    if (!same[p]) continue;
+    uint8_t ack = 0;
+    recv_all(fds[p], &ack, 1, deadline, who(p));
+    if (!names[p].empty()) shm_unlink(names[p].c_str());
+    if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, true);
+    else if (maps[p]) munmap(maps[p], kMapBytes);
+  }
+  return links;
+}
+
+}  // namespace phv

@@ -1,0 +1,40 @@
+// Bootstrap of the TCP full mesh: every rank listens on bind_host, publishes "host:port" in the store
+// under <prefix>/tcp/addr/<rank>, connects to every higher rank and accepts every lower one. Each
+// connection proves the job secret (handshake.h, context "<prefix>") and states its rank; accepted
+// strangers are logged and closed without disturbing the set-up. The listener is closed once the mesh
+// is complete, so nothing keeps listening while the job runs.
+#pragma once
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "rendezvous/store.h"
+#include "transport/socket.h"
+
+namespace phv {
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string bind_host = "127.0.0.1";
+  std::string secret;
+  std::string store_prefix = "phv";
+  double connect_timeout_s = 60;
+  int socket_buffer_bytes = kDefaultSocketBufferBytes;
+  bool shm_enable = false;  // TcpTransport: shared-memory rings for peers on this host (shm_transport.h)
+  int shm_spin_us = 20;     // TcpTransport: how long to poll the rings before sleeping in poll()
+  bool shm_yield = true;    // TcpTransport: sched_yield() while spinning (ranks may share a core)
+};
+
+struct MeshConnection {
+  Fd fd;             // invalid for my own rank
+  std::string addr;  // the peer's "host:port" as seen from here
+};
+
+// Collective over all ranks of options.size. Returns one connection per rank (index = rank).
+// `rejected` (optional) counts strangers turned away. Throws HvdError naming the ranks not reached.
+std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& options,
+                                         std::atomic<size_t>* rejected = nullptr);
+
+}  // namespace phv

@@ -1,0 +1,421 @@
+#include "transport/tcp_transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/logging.h"
+
+namespace phv {
+namespace {
+
+constexpr uint32_t kMessageMagic = 0x4d564850;  // "PHVM"
+constexpr int kMaxIov = 64;                     // iovecs per system call (header + payload per message)
+
+void encode_header(uint8_t* h, uint32_t seq, uint64_t len) {
+  for (int i = 0; i < 4; ++i) h[i] = uint8_t(kMessageMagic >> (8 * i));
+  for (int i = 0; i < 4; ++i) h[4 + i] = uint8_t(seq >> (8 * i));
+  for (int i = 0; i < 8; ++i) h[8 + i] = uint8_t(len >> (8 * i));
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
+    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), spin_yield_(options.shm_yield),
+      peers_(options.size) {
+  std::vector<MeshConnection> conns = connect_mesh(store, options, &rejected_);
+  for (int p = 0; p < size_; ++p) {
+    peers_[p].fd = std::move(conns[p].fd);
+    peers_[p].addr = p == rank_ ? "self" : conns[p].addr;
+  }
+  if (size_ > 1) {
+    std::vector<int> fds(size_, -1);
+    std::vector<std::string> addrs(size_);
+    for (int p = 0; p < size_; ++p) {
+      fds[p] = peers_[p].fd.get();
+      addrs[p] = peers_[p].addr;
+    }
+    auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable, deadline_after(options.connect_timeout_s));
+    for (int p = 0; p < size_; ++p) peers_[p].shm = std::move(links[p]);
+  }
+}
+
+TcpTransport::~TcpTransport() { close(); }
+
+void TcpTransport::close() {
+  for (auto& p : peers_) {
+    p.fd.reset();
+    p.shm.reset();
+    p.sends.clear();
+    p.recvs.clear();
+  }
+  self_sends_.clear();
+  self_recvs_.clear();
+  pending_ = 0;
+  if (!failure_)
+    failure_ = std::make_unique<HvdError>(ErrorKind::SHUTDOWN,
+                                          "rank " + std::to_string(rank_) + ": the transport has been shut down");
+}
+
+std::string TcpTransport::describe_peer(int peer) const {
+  if (peer < 0 || peer >= size_) return "rank " + std::to_string(peer) + " (no such rank)";
+  return "rank " + std::to_string(peer) + " (" + peers_[peer].addr + (peers_[peer].shm ? ", shared memory" : "") + ")";
+}
+
+void TcpTransport::check_usable(int peer, const char* what) const {
+  if (failure_) throw *failure_;
+  PHV_CHECK_ARG(peer >= 0 && peer < size_, "rank ", rank_, ": ", what, " to/from rank ", peer,
+                " which is not in [0, ", size_, ")");
+}
+
+std::string TcpTransport::op_text(int peer, const Op& op, bool send) const {
+  std::ostringstream s;
+  size_t payload_done = op.done > kHeaderBytes ? op.done - kHeaderBytes : 0;
+  s << (send ? "send to " : "receive from ") << describe_peer(peer) << " of message #" << op.seq << " ("
+    << op.len << " bytes, " << payload_done << " " << (send ? "sent" : "received") << ", posted "
+    << seconds_since(op.posted) << " s ago)";
+  return s.str();
+}
+
+void TcpTransport::fail(ErrorKind kind, const std::string& message) {
+  std::string text = "rank " + std::to_string(rank_) + ": " + message;
+  log(LogLevel::DEBUG, "transport failing: ", text);
+  close();  // drops every request (the caller's buffers are no longer referenced) and wakes the peers
+  failure_ = std::make_unique<HvdError>(kind, text);
+  throw *failure_;
+}
+
+RequestId TcpTransport::post_send(int peer, const void* buf, size_t len) {
+  check_usable(peer, "send");
+  PHV_CHECK_ARG(buf != nullptr || len == 0, "rank ", rank_, ": send of ", len, " bytes from a null buffer");
+  Op op{next_id_++, static_cast<char*>(const_cast<void*>(buf)), len, 0, 0, {}, Clock::now()};
+  ++pending_;
+  if (peer == rank_) {
+    self_sends_.push_back(op);
+    match_self();
+    return op.id;
+  }
+  Peer& p = peers_[peer];
+  op.seq = p.send_seq++;
+  encode_header(op.header, op.seq, len);
+  p.sends.push_back(op);
+  return op.id;
+}
+
+RequestId TcpTransport::post_recv(int peer, void* buf, size_t len) {
+  check_usable(peer, "receive");
+  PHV_CHECK_ARG(buf != nullptr || len == 0, "rank ", rank_, ": receive of ", len, " bytes into a null buffer");
+  Op op{next_id_++, static_cast<char*>(buf), len, 0, 0, {}, Clock::now()};
+  ++pending_;
+  if (peer == rank_) {
+    self_recvs_.push_back(op);
+    match_self();
+    return op.id;
+  }
+  Peer& p = peers_[peer];
+  op.seq = p.recv_seq++;
+  p.recvs.push_back(op);
+  return op.id;
+}
+
+void TcpTransport::match_self() {
+  while (!self_sends_.empty() && !self_recvs_.empty()) {
+    Op& s = self_sends_.front();
+    Op& r = self_recvs_.front();
+    if (s.len != r.len)
+      fail(ErrorKind::INTERNAL, "message to self of " + std::to_string(s.len) + " bytes, but the posted receive expects " +
+                                    std::to_string(r.len));
+    if (s.len) std::memmove(r.buf, s.buf, s.len);
+    complete(s);
+    complete(r);
+    self_sends_.pop_front();
+    self_recvs_.pop_front();
+  }
+}
+
+void TcpTransport::complete(Op& op) {
+  done_.push_back(op.id);
+  --pending_;
+}
+
+void TcpTransport::check_header(int peer, const Op& op) {
+  const uint8_t* h = op.header;
+  uint32_t magic = 0, seq = 0;
+  uint64_t len = 0;
+  for (int i = 0; i < 4; ++i) magic |= uint32_t(h[i]) << (8 * i);
+  for (int i = 0; i < 4; ++i) seq |= uint32_t(h[4 + i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) len |= uint64_t(h[8 + i]) << (8 * i);
+  std::ostringstream why;
+  if (magic != kMessageMagic) why << "bad message magic 0x" << std::hex << magic << std::dec;
+  else if (seq != op.seq) why << "message #" << seq << " arrived where #" << op.seq << " was expected";
+  else if (len != op.len) why << "message of " << len << " bytes, but the posted receive expects " << op.len;
+  else return;
+  fail(ErrorKind::INTERNAL, "protocol error from " + describe_peer(peer) + ": " + why.str());
+}
+
+bool TcpTransport::send_some(int peer) {
+  Peer& p = peers_[peer];
+  while (!p.sends.empty()) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    size_t total = 0;
+    for (const Op& op : p.sends) {
+      if (n + 2 > kMaxIov) break;
+      if (op.done < kHeaderBytes) {
+        iov[n++] = {const_cast<uint8_t*>(op.header) + op.done, kHeaderBytes - op.done};
+        total += kHeaderBytes - op.done;
+        if (op.len) iov[n++] = {op.buf, op.len};
+        total += op.len;
+      } else {
+        size_t off = op.done - kHeaderBytes;
+        iov[n++] = {op.buf + off, op.len - off};
+        total += op.len - off;
+      }
+    }
+    ssize_t w;
+    if (p.shm) {
+      w = static_cast<ssize_t>(p.shm->write(iov, n));
+      if (w == 0) return true;  // the ring is full
+      if (p.shm->peer_wants_data()) ring_doorbell(peer);
+    } else {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      w = ::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      fail(ErrorKind::PEER_LOST, "connection lost during " + op_text(peer, p.sends.front(), true) + ": " +
+                                     errno_text(errno));
+    }
+    size_t left = static_cast<size_t>(w);
+    while (!p.sends.empty()) {
+      Op& op = p.sends.front();
+      size_t take = std::min(kHeaderBytes + op.len - op.done, left);
+      op.done += take;
+      left -= take;
+      if (op.done < kHeaderBytes + op.len) break;
+      complete(op);
+      p.sends.pop_front();
+    }
+    if (static_cast<size_t>(w) < total) return true;  // the socket buffer is full
+  }
+  return false;
+}
+
+bool TcpTransport::recv_some(int peer) {
+  Peer& p = peers_[peer];
+  while (!p.recvs.empty()) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    size_t total = 0;
+    for (Op& op : p.recvs) {
+      if (n + 2 > kMaxIov) break;
+      if (op.done < kHeaderBytes) {
+        iov[n++] = {op.header + op.done, kHeaderBytes - op.done};
+        total += kHeaderBytes - op.done;
+        if (op.len) iov[n++] = {op.buf, op.len};
+        total += op.len;
+      } else {
+        size_t off = op.done - kHeaderBytes;
+        iov[n++] = {op.buf + off, op.len - off};
+        total += op.len - off;
+      }
+    }
+    ssize_t r;
+    if (p.shm) {
+      r = static_cast<ssize_t>(p.shm->read(iov, n));
+      if (r == 0) return true;  // the ring is empty
+      if (p.shm->peer_wants_space()) ring_doorbell(peer);
+    } else {
+      r = ::readv(p.fd.get(), iov, n);
+    }
+    if (r == 0) fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + op_text(peer, p.recvs.front(), false));
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      fail(ErrorKind::PEER_LOST, "connection lost during " + op_text(peer, p.recvs.front(), false) + ": " +
+                                     errno_text(errno));
+    }
+    // The header of a message is checked as soon as it is complete; payload bytes that a readv placed
+    // in the posted buffer before a failed check are never reported as a completed receive.
+    size_t left = static_cast<size_t>(r);
+    while (!p.recvs.empty()) {
+      Op& op = p.recvs.front();
+      bool had_header = op.done >= kHeaderBytes;
+      size_t take = std::min(kHeaderBytes + op.len - op.done, left);
+      op.done += take;
+      left -= take;
+      if (!had_header && op.done >= kHeaderBytes) check_header(peer, op);
+      if (op.done < kHeaderBytes + op.len) break;
+      complete(op);
+      p.recvs.pop_front();
+    }
+    if (static_cast<size_t>(r) < total) return true;
+  }
+  return false;
+}
+
+void TcpTransport::ring_doorbell(int peer) {
+  char b = 1;
+  ssize_t n = ::send(peers_[peer].fd.get(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // EAGAIN: earlier doorbells are still unread, so the peer will wake anyway.
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
+}
+
+void TcpTransport::drain_doorbell(int peer) {
+  char buf[256];
+  Peer& p = peers_[peer];
+  for (;;) {
+    ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0) {
+      // A send into a ring completes before the peer reads it, so a peer may finish and exit while its
+      // last messages still wait in our ring: drain them first; fail only if more is expected.
+      if (!p.recvs.empty()) recv_some(peer);
+      if (!p.sends.empty() || !p.recvs.empty())
+        fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
+                                       (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
+                                                        : op_text(peer, p.recvs.front(), false)));
+      p.closed = true;
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
+  }
+}
+
+bool TcpTransport::spin_shm() {
+  // Long enough to catch a peer that is a few microseconds behind, short enough that ranks sharing a
+  // core do not steal much from each other before sleeping in poll(); yielding lets a peer that shares
+  // our core run meanwhile.
+  if (spin_us_ <= 0) return false;
+  Clock::time_point until = Clock::now() + std::chrono::microseconds(spin_us_);
+  bool any = false;
+  do {
+    any = false;
+    for (int peer = 0; peer < size_; ++peer) {
+      Peer& p = peers_[peer];
+      if (!p.shm) continue;
+      if (!p.sends.empty()) {
+        any = true;
+        if (p.shm->can_write()) send_some(peer);
+      }
+      if (!p.recvs.empty()) {
+        any = true;
+        if (p.shm->can_read()) recv_some(peer);
+      }
+    }
+    if (!done_.empty()) return true;
+    if (spin_yield_) {
+      sched_yield();
+    } else {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  } while (any && Clock::now() < until);
+  return false;
+}
+
+bool TcpTransport::prepare_shm_sleep() {
+  for (int peer = 0; peer < size_; ++peer) {
+    Peer& p = peers_[peer];
+    if (!p.shm || (p.sends.empty() && p.recvs.empty())) continue;
+    p.sleeping = true;
+    if ((!p.recvs.empty() && !p.shm->sleep_until_readable()) || (!p.sends.empty() && !p.shm->sleep_until_writable()))
+      return false;
+  }
+  return true;
+}
+
+void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
+  if (failure_) throw *failure_;
+  bool first = true;
+  for (;;) {
+    // I/O phase: on the first pass try every peer with work (data may already be there); later only
+    // the sockets poll() reported.
+    for (auto& p : peers_)
+      if (p.sleeping) {
+        p.sleeping = false;
+        if (p.shm) p.shm->clear_sleep_flags();
+      }
+    if (first) {
+      for (int peer = 0; peer < size_; ++peer) {
+        if (!peers_[peer].sends.empty()) send_some(peer);
+        if (!peers_[peer].recvs.empty()) recv_some(peer);
+      }
+    } else {
+      for (size_t i = 0; i < pollfds_.size(); ++i) {
+        short re = pollfds_[i].revents;
+        if (!re) continue;
+        int peer = poll_peers_[i];
+        if (peers_[peer].shm) {
+          drain_doorbell(peer);
+          if (!peers_[peer].sends.empty()) send_some(peer);
+          if (!peers_[peer].recvs.empty()) recv_some(peer);
+          continue;
+        }
+        if ((re & (POLLOUT | POLLERR | POLLHUP)) && !peers_[peer].sends.empty()) send_some(peer);
+        if ((re & (POLLIN | POLLERR | POLLHUP)) && !peers_[peer].recvs.empty()) recv_some(peer);
+        if ((re & POLLNVAL)) fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " is closed");
+      }
+    }
+    first = false;
+    if (!done_.empty()) {
+      completed.insert(completed.end(), done_.begin(), done_.end());
+      done_.clear();
+      return;
+    }
+    if (pending_ == 0) return;
+    if (spin_shm() || !prepare_shm_sleep()) {
+      first = true;  // a ring moved: go round again without sleeping
+      continue;
+    }
+    pollfds_.clear();
+    poll_peers_.clear();
+    for (int peer = 0; peer < size_; ++peer) {
+      Peer& p = peers_[peer];
+      short ev = (p.sends.empty() ? 0 : POLLOUT) | (p.recvs.empty() ? 0 : POLLIN);
+      if (!ev) continue;
+      if (p.shm) ev = POLLIN;  // doorbells (and the peer's death) arrive on the socket
+      if (p.closed)
+        fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
+                                       (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
+                                                        : op_text(peer, p.recvs.front(), false)));
+      pollfds_.push_back({p.fd.get(), ev, 0});
+      poll_peers_.push_back(peer);
+    }
+    if (pollfds_.empty()) {
+      // Only unmatched messages to self are pending: nothing on the network can complete them.
+      fail(ErrorKind::INTERNAL, "a message to self is pending with no matching " +
+                                    std::string(self_sends_.empty() ? "send" : "receive"));
+    }
+    int rc = ::poll(pollfds_.data(), pollfds_.size(), poll_timeout_ms(deadline));
+    if (rc < 0 && errno != EINTR)
+      fail(ErrorKind::INTERNAL, std::string("poll failed: ") + errno_text(errno));
+    if (rc == 0 && Clock::now() >= deadline) {
+      std::string what;
+      int shown = 0;
+      for (int peer = 0; peer < size_ && shown < 4; ++peer) {
+        Peer& p = peers_[peer];
+        if (!p.recvs.empty()) { what += (shown++ ? "; " : "") + op_text(peer, p.recvs.front(), false); }
+        if (!p.sends.empty() && shown < 4) { what += (shown++ ? "; " : "") + op_text(peer, p.sends.front(), true); }
+      }
+      fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + what);
+    }
+  }
+}
+
+}  // namespace phv

@@ -1,0 +1,99 @@
+// Transport over a full mesh of TCP connections (one per pair of ranks, set up by tcp_mesh.h).
+//
+// Data path: every message is a 16-byte header {magic "PHVM", sequence u32, length u64} followed by
+// the payload, written straight from / read straight into the caller's buffer with writev/readv (the
+// header and payload of several queued messages go in one system call). The header is checked
+// against the posted receive (length and per-pair sequence number); nothing is ever allocated from a
+// length read off the network. One poll loop in progress() drives all sends and receives together.
+//
+// Peers on the same host (options.shm_enable) exchange the same byte stream through shared-memory
+// rings instead (shm_transport.h); their TCP connection then only carries wake-up doorbells and tells us
+// when the peer dies.
+//
+// Failure: the first error (TIMEOUT, PEER_LOST, a bad header) drops every pending request, closes
+// every connection (so peers fail fast instead of waiting for their deadline) and is re-thrown by
+// every later call. Not thread-safe: one thread drives a transport at a time.
+#pragma once
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "rendezvous/store.h"
+#include "transport/shm_transport.h"
+#include "transport/socket.h"
+#include "transport/tcp_mesh.h"
+#include "transport/transport.h"
+
+namespace phv {
+
+class TcpTransport : public Transport {
+ public:
+  // Collective: builds the mesh through the store (see MeshOptions).
+  TcpTransport(Store& store, const MeshOptions& options);
+  ~TcpTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  RequestId post_send(int peer, const void* buf, size_t len) override;
+  RequestId post_recv(int peer, void* buf, size_t len) override;
+  void progress(std::vector<RequestId>& completed, Deadline deadline) override;
+  size_t pending() const override { return pending_; }
+  std::string describe_peer(int peer) const override;
+
+  // Closes every connection; later calls throw SHUTDOWN. Idempotent.
+  void close();
+  size_t rejected_connections() const { return rejected_.load(); }
+  bool uses_shm(int peer) const { return peer >= 0 && peer < size_ && peers_[peer].shm != nullptr; }
+
+ private:
+  static constexpr size_t kHeaderBytes = 16;
+  struct Op {
+    RequestId id;
+    char* buf;
+    size_t len;
+    size_t done;  // bytes of header + payload transferred
+    uint32_t seq;
+    uint8_t header[kHeaderBytes];
+    Clock::time_point posted;
+  };
+  struct Peer {
+    Fd fd;
+    std::string addr;
+    std::deque<Op> sends, recvs;
+    uint32_t send_seq = 0, recv_seq = 0;
+    std::unique_ptr<ShmLink> shm;  // null: the data goes over fd
+    bool sleeping = false;         // raised shm sleep flags before the last poll()
+    bool closed = false;           // shm peer: its socket reached EOF (bytes may remain in the ring)
+  };
+
+  bool send_some(int peer);  // non-blocking; true if the socket would block with data left
+  bool recv_some(int peer);
+  void ring_doorbell(int peer);
+  void drain_doorbell(int peer);
+  bool spin_shm();          // briefly polls the rings of shm peers with work; true if something completed
+  bool prepare_shm_sleep(); // raises sleep flags; false if a ring became ready meanwhile
+  void check_header(int peer, const Op& op);
+  void complete(Op& op);
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+  void check_usable(int peer, const char* what) const;
+  void match_self();
+  std::string op_text(int peer, const Op& op, bool send) const;
+
+  int rank_, size_;
+  int spin_us_;
+  bool spin_yield_;
+  std::vector<Peer> peers_;
+  std::deque<Op> self_sends_, self_recvs_;
+  std::vector<RequestId> done_;  // completed, not yet reported by progress()
+  size_t pending_ = 0;
+  RequestId next_id_ = 1;
+  std::vector<struct pollfd> pollfds_;
+  std::vector<int> poll_peers_;
+  std::unique_ptr<HvdError> failure_;
+  std::atomic<size_t> rejected_{0};
+};
+
+}  // namespace phv

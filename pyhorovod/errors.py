@@ -1,0 +1,60 @@
+"""Python exceptions of pyhorovod, and the one place where core (C++) exceptions become them.
+
+The C++ core raises `_core.CoreError` subclasses whose text already carries the context (our rank, the
+peer rank and address, the op, the tensor name, the sequence number). They map one-to-one:
+
+    _core.InvalidArgumentError  -> ValueError              (bad arguments; nothing was communicated)
+    _core.TimeoutError_         -> HorovodTimeoutError     (a deadline passed)
+    _core.PeerLostError,
+    _core.ShutdownError,
+    _core.InternalError, other  -> HorovodInternalError    (the collective failed; as in horovod.torch)
+
+The message is kept verbatim so that logs and tests see exactly what the core said.
+"""
+
+
+class HorovodInternalError(RuntimeError):
+    """A collective failed (a peer died, a connection broke, ranks disagreed). Same name and base class
+    as horovod.common.exceptions.HorovodInternalError, so `except HorovodInternalError` code carries over."""
+
+
+class HorovodTimeoutError(HorovodInternalError):
+    """A collective or the bootstrap ran past its deadline (PYHOROVOD_TIMEOUT_SECONDS)."""
+
+
+def _core_classes():
+    # Imported lazily: the pure-Python layers (config, bootstrap) stay importable without the extension.
+    from pyhorovod import _core
+    return _core
+
+
+def translate(exc):
+    """Returns the pyhorovod exception for `exc` (a _core.CoreError), or `exc` itself if it is not one."""
+    try:
+        core = _core_classes()
+    except ImportError:
+        return exc
+    if not isinstance(exc, core.CoreError):
+        return exc
+    message = str(exc)
+    if isinstance(exc, core.InvalidArgumentError):
+        return ValueError(message)
+    if isinstance(exc, core.TimeoutError_):
+        return HorovodTimeoutError(message)
+    return HorovodInternalError(message)
+
+
+class translated:
+    """Context manager: re-raises core exceptions as their pyhorovod classes (keeping the original as
+    __cause__, so the C++ class is still visible in a traceback)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            return False
+        mapped = translate(exc)
+        if mapped is exc:
+            return False
+        raise mapped from exc

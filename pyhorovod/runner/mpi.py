@@ -1,0 +1,66 @@
+"""`pyhorovod run --mpi`: delegate process start-up to Open MPI's mpirun.
+
+mpirun starts the ranks (locally or through its own ssh/batch-system plumbing) and tells each its rank
+through OMPI_COMM_WORLD_* variables, which pyhorovod's bootstrap reads. The launcher still hosts the
+rendezvous store, so ranks need neither mpi4py nor a fixed port: its address, port and the secret reach the
+ranks as `-x NAME` (export by name: mpirun copies the value from its own environment, so the secret is
+not on mpirun's command line). mpirun itself provides fail-fast and output tagging (`--tag-output`).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+from typing import Dict, List, Optional, Sequence
+
+from .hosts import HostSpec
+from .launch import start_store
+
+
+def mpirun_argv(np: int, hosts: Optional[Sequence[HostSpec]], export_names: Sequence[str],
+                command: Sequence[str], network_interfaces: Sequence[str] = (),
+                extra_args: str = "", as_root: bool = False, mpirun: str = "mpirun",
+                output_dir: Optional[str] = None) -> List[str]:
+    argv = [mpirun]
+    if as_root:
+        argv.append("--allow-run-as-root")
+    argv += ["-np", str(np), "--bind-to", "none", "--map-by", "slot", "--tag-output"]
+    if hosts:
+        argv += ["-H", ",".join(f"{h.hostname}:{h.slots}" for h in hosts)]
+    else:
+        argv.append("--oversubscribe")  # one host, more ranks than cores is a common test set-up
+    if network_interfaces:
+        ifaces = ",".join(network_interfaces)
+        argv += ["--mca", "btl_tcp_if_include", ifaces, "--mca", "oob_tcp_if_include", ifaces]
+    if output_dir:
+        argv += ["--output-filename", output_dir]  # Open MPI: DIR/1/rank.N/{stdout,stderr}
+    for name in export_names:
+        argv += ["-x", name]
+    argv += shlex.split(extra_args)
+    argv += list(command)
+    return argv
+
+
+def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str], bind_host: str,
+            knobs: Dict[str, str], network_interfaces: Sequence[str] = (), extra_args: str = "",
+            verbose: bool = False, output_dir: Optional[str] = None) -> int:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise RuntimeError("--mpi needs `mpirun` (Open MPI) on PATH")
+    secret_hex = secrets.token_hex(32)
+    store = start_store(bind_host, secret_hex.encode())
+    try:
+        env = dict(os.environ)
+        env.update(knobs)
+        env.update({"PYHOROVOD_STORE_ADDR": bind_host, "PYHOROVOD_STORE_PORT": str(store.port),
+                    "PYHOROVOD_SECRET": secret_hex})
+        names = sorted(set(knobs) | {"PYHOROVOD_STORE_ADDR", "PYHOROVOD_STORE_PORT", "PYHOROVOD_SECRET"})
+        argv = mpirun_argv(np, hosts, names, command, network_interfaces, extra_args,
+                           as_root=os.geteuid() == 0, mpirun=mpirun, output_dir=output_dir)
+        if verbose:
+            print(f"[pyhorovod] {' '.join(shlex.quote(a) for a in argv)}", flush=True)
+        return subprocess.call(argv, env=env)
+    finally:
+        store.close()

@@ -1,0 +1,120 @@
+"""Torch tensors <-> engine requests: dtype codes, argument checks, engine-owned outputs as tensors.
+
+A contiguous CPU tensor is handed to the core by its data_ptr(), without a copy; a non-contiguous one is
+first copied into a contiguous buffer (and, for in-place ops, copied back when the op completes).
+"""
+import operator
+
+import torch
+
+from pyhorovod import _api, _core, basics, process_sets
+
+DTYPE_CODES = {
+    torch.uint8: _core.UINT8, torch.int8: _core.INT8, torch.int16: _core.INT16, torch.int32: _core.INT32,
+    torch.int64: _core.INT64, torch.float16: _core.FLOAT16, torch.bfloat16: _core.BFLOAT16,
+    torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64, torch.bool: _core.BOOL,
+}
+
+ADASUM_MESSAGE = ("op=Adasum is not implemented in pyhorovod: use op=Average (or Sum) instead; Adasum's "
+                  "scale-invariant reduction needs a tree algorithm that the ring core does not have")
+
+
+def check_op(op):
+    """Adasum -> NotImplementedError (as the brief of issue 4 asks); other unknown ops -> ValueError."""
+    if op == _api.Adasum:
+        raise NotImplementedError(ADASUM_MESSAGE)
+    if op not in _api.REDUCE_OPS:
+        raise ValueError(f"op={op!r} is not a reduction op (use hvd.Sum, Average, Min, Max or Product)")
+    return op
+
+
+def resolve_op(op, average):
+    """horovod.torch: average= is deprecated (a DeprecationWarning, as Horovod) and excludes op=."""
+    if average is not None:
+        if op is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        import warnings
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=4)
+    return check_op(_api.resolve_op(op, average))
+
+
+def dtype_code(tensor, what):
+    code = DTYPE_CODES.get(tensor.dtype)
+    if code is None:
+        raise ValueError(f"{what}: unsupported tensor dtype {tensor.dtype} (supported: "
+                         f"{', '.join(str(d).replace('torch.', '') for d in DTYPE_CODES)})")
+    return code
+
+
+def check_tensor(tensor, what):
+    """ValueError unless `tensor` is a dense torch tensor the core can address. Returns its dtype code."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.layout != torch.strided:
+        raise ValueError(f"{what}: {tensor.layout} tensors are not supported (use a dense tensor; the "
+                         f"optimizer handles sparse gradients itself)")
+    return dtype_code(tensor, what)
+
+
+def device_of(tensor):
+    return tensor.device.index if tensor.device.type == "cuda" else -1
+
+
+def contiguous(tensor):
+    # detach(): the engine writes through raw pointers, outside autograd's knowledge.
+    t = tensor.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def shape_of(tensor):
+    return tuple(int(s) for s in tensor.shape)
+
+
+def at_least_1d(tensor, what):
+    if tensor.dim() == 0:
+        raise ValueError(f"{what}: needs at least one dimension (got a 0-dim tensor)")
+
+
+def process_set(ps):
+    return process_sets.resolve(ps)
+
+
+def set_root(root_rank, ps):
+    """horovod.torch's root_rank is a global rank, also for process sets; the engine wants the position
+    inside the set."""
+    if isinstance(root_rank, bool):
+        raise ValueError(f"root_rank must be an integer, got {root_rank!r}")
+    try:
+        root = operator.index(root_rank)
+    except TypeError:
+        raise ValueError(f"root_rank must be an integer, got {root_rank!r}") from None
+    if ps.process_set_id == 0:
+        return _api.check_root(root, basics.size())
+    if root not in ps.ranks:
+        raise ValueError(f"root_rank={root} is not a member of {ps}")
+    return ps.ranks.index(root)
+
+
+def set_rank(ps):
+    """This process's rank inside the process set."""
+    return ps.ranks.index(basics.rank()) if ps.process_set_id != 0 else basics.rank()
+
+
+def set_size(ps):
+    return len(ps.ranks) if ps.process_set_id != 0 else basics.size()
+
+
+def from_result(result, dtype, device=None):
+    """The engine-owned output bytes of allgather/alltoall as a tensor of `dtype` in the result's shape
+    (no copy: the tensor shares the numpy array's memory, which it keeps alive)."""
+    shape = tuple(int(s) for s in result.output_shape)
+    out = result.output
+    if out is None or out.size == 0:
+        t = torch.empty(shape, dtype=dtype)
+    else:
+        flat = torch.from_numpy(out.reshape(-1)) if out.flags.writeable else torch.tensor(out.reshape(-1))
+        t = flat.view(dtype).reshape(shape)
+    if device is not None and device.type != "cpu":
+        t = t.to(device)
+    return t

@@ -1,0 +1,224 @@
+"""The differentiable out-of-place collectives of horovod.torch, with Horovod's backward passes.
+
+Every rank computes its own loss L_k from the collective's output; backward gives each rank the gradient
+of the sum over ranks of L_k with respect to its own input (as Horovod):
+- allreduce y = post * op_k(pre * x_k): for Sum/Average the gradient is the same allreduce of the output
+  gradients (Horovod passes op and scale factors through). Min/Max (which Horovod also passes through,
+  giving a wrong gradient) route the summed gradient to the ranks whose input equals the result.
+- allgather: each rank's rows of the summed output gradient.
+- broadcast: Horovod's choice, kept for drop-in parity: the *averaged* output gradient on the root rank,
+  zeros elsewhere.
+- alltoall: the output gradient sent back along the received splits.
+- reducescatter: the allgathered output gradient, times the scale factors (and 1/n for Average).
+"""
+import torch
+
+from pyhorovod import _api
+from pyhorovod.process_sets import global_process_set
+from pyhorovod.torch import _convert as cv
+from pyhorovod.torch import ops
+from pyhorovod.torch.compression import Compression
+
+
+def _backward_allreduce(grad, op, prescale, postscale, ps, x=None, y=None):
+    if op in (_api.Sum, _api.Average):
+        return ops.synchronize(ops.allreduce_async(grad.contiguous(), op=op, prescale_factor=prescale,
+                                                   postscale_factor=postscale, process_set=ps))
+    if op in (_api.Min, _api.Max):
+        summed = ops.synchronize(ops.allreduce_async(grad.contiguous(), op=_api.Sum, process_set=ps))
+        return summed * (x * prescale * postscale == y).to(summed.dtype) * (prescale * postscale)
+    raise NotImplementedError("allreduce with op=Product has no backward pass in pyhorovod (nor a correct "
+                              "one in Horovod)")
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, ps):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, ps
+        out = ops.synchronize(ops.allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
+                                                  postscale_factor=postscale, process_set=ps))
+        if op in (_api.Min, _api.Max):
+            ctx.save_for_backward(tensor, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors if ctx.op in (_api.Min, _api.Max) else (None, None)
+        return _backward_allreduce(grad, ctx.op, ctx.prescale, ctx.postscale, ctx.ps, x, y), \
+            None, None, None, None, None
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, ps, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, ps
+        outs = ops.synchronize(ops.grouped_allreduce_async(list(tensors), name=name, op=op,
+                                                           prescale_factor=prescale, postscale_factor=postscale,
+                                                           process_set=ps))
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if ctx.op not in (_api.Sum, _api.Average):
+            raise NotImplementedError("grouped_allreduce has a backward pass only for op=Sum/Average")
+        outs = ops.synchronize(ops.grouped_allreduce_async([g.contiguous() for g in grads], op=ctx.op,
+                                                           prescale_factor=ctx.prescale,
+                                                           postscale_factor=ctx.postscale, process_set=ctx.ps))
+        return (None, None, None, None, None) + tuple(outs)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """A new tensor holding the reduction of `tensor` over the ranks of the set (default op: Average).
+    `compression` is applied to the transfer (e.g. Compression.fp16). Differentiable."""
+    op = cv.resolve_op(op, average)
+    compressed, ctx = compression.compress(tensor)
+    out = HorovodAllreduce.apply(compressed, name, op, float(prescale_factor), float(postscale_factor),
+                                 process_set)
+    return compression.decompress(out, ctx)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """allreduce of a list of tensors as one unit (one negotiation, fused); returns a list."""
+    op = cv.resolve_op(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    outs = HorovodGroupedAllreduce.apply(name, op, float(prescale_factor), float(postscale_factor),
+                                         process_set, *[p[0] for p in pairs])
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+
+
+def _gather_backward(grad, rows, ps):
+    """This rank's block of the summed gradient of an allgather output (`rows` rows of dim 0)."""
+    summed = ops.synchronize(ops.allreduce_async(grad.contiguous(), op=_api.Sum, process_set=ps))
+    sizes = ops.synchronize(ops.allgather_async(torch.tensor([rows], dtype=torch.int64), process_set=ps))
+    offset = int(sizes[:cv.set_rank(cv.process_set(ps))].sum())
+    return summed.narrow(0, offset, rows)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, ps):
+        ctx.rows, ctx.ps = int(tensor.shape[0]) if tensor.dim() else 0, ps
+        return ops.synchronize(ops.allgather_async(tensor, name=name, process_set=ps))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather_backward(grad, ctx.rows, ctx.ps), None, None
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, ps, *tensors):
+        ctx.rows, ctx.ps = [int(t.shape[0]) if t.dim() else 0 for t in tensors], ps
+        return tuple(ops.synchronize(ops.grouped_allgather_async(list(tensors), name=name, process_set=ps)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None) + tuple(_gather_backward(g, r, ctx.ps) for g, r in zip(grads, ctx.rows))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation along dimension 0 of every rank's tensor, in rank order. Differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, ps):
+        ctx.root_rank, ctx.ps = root_rank, ps
+        return ops.synchronize(ops.broadcast_async(tensor, root_rank, name=name, process_set=ps))
+
+    @staticmethod
+    def backward(ctx, grad):
+        reduced = ops.synchronize(ops.allreduce_async(grad.contiguous(), op=_api.Average, process_set=ctx.ps))
+        from pyhorovod import basics
+        if basics.rank() != ctx.root_rank:
+            reduced.zero_()
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A new tensor holding root_rank's `tensor` (root_rank is a global rank). Differentiable."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, ps):
+        out, received = ops.synchronize(ops.alltoall_async(tensor, splits=splits, name=name, process_set=ps))
+        ctx.received, ctx.ps = received, ps
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        back, _ = ops.synchronize(ops.alltoall_async(grad.contiguous(), splits=ctx.received,
+                                                     process_set=ctx.ps))
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends rows splits[r] of dimension 0 to set rank r (equal parts when splits is None) and returns
+    what every rank sent here, in rank order; with splits given, returns (output, received_splits).
+    Differentiable."""
+    out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    return out if splits is None else (out, received)
+
+
+def _scatter_backward(grad, op, prescale, postscale, ps):
+    gathered = ops.synchronize(ops.allgather_async(grad.contiguous(), process_set=ps))
+    scale = prescale * postscale
+    if op == _api.Average:
+        scale /= cv.set_size(cv.process_set(ps))
+    elif op != _api.Sum:
+        raise NotImplementedError("reducescatter has a backward pass only for op=Sum/Average")
+    return gathered * scale if scale != 1.0 else gathered
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, ps, prescale, postscale):
+        ctx.args = (op, prescale, postscale, ps)
+        return ops.synchronize(ops.reducescatter_async(tensor, name=name, op=op, process_set=ps,
+                                                       prescale_factor=prescale, postscale_factor=postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _scatter_backward(grad, *ctx.args), None, None, None, None, None
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, ps, prescale, postscale, *tensors):
+        ctx.args = (op, prescale, postscale, ps)
+        return tuple(ops.synchronize(ops.grouped_reducescatter_async(
+            list(tensors), name=name, op=op, process_set=ps, prescale_factor=prescale,
+            postscale_factor=postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) * 5 + tuple(_scatter_backward(g, *ctx.args) for g in grads)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=_api.Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set and returns this rank's block of dimension 0. Differentiable."""
+    op = cv.check_op(_api.resolve_op(op, None))
+    compressed, ctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, process_set, float(prescale_factor),
+                                     float(postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=_api.Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    op = cv.check_op(_api.resolve_op(op, None))
+    pairs = [compression.compress(t) for t in tensors]
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, float(prescale_factor),
+                                             float(postscale_factor), *[p[0] for p in pairs])
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]

@@ -1,0 +1,397 @@
+"""DistributedOptimizer: horovod.torch's optimizer wrapper that averages gradients across ranks.
+
+A hook on each parameter's gradient accumulator starts that gradient's allreduce as soon as backward has
+accumulated it (after backward_passes_per_step passes), so communication overlaps the rest of backward;
+step() (or synchronize()) waits for all of them, then the wrapped optimizer updates. As in Horovod the
+result is an instance of a subclass of the wrapped optimizer's class, built on its param_groups.
+
+Beyond Horovod (all off by default, so Horovod scripts behave the same):
+- lr_scaling="linear"|"sqrt" with base_batch_size=, batch_size=, warmup_steps=/warmup_epochs=
+  (+ steps_per_epoch=): the optimizer applies the scaled, warmed-up LR itself (pyhorovod/torch/_lr_policy.py);
+- measure_noise_scale=True (or "per_group") with batch_size=: the gradient noise scale
+  (pyhorovod/torch/noise_tap.py), read with noise_scale_report(); lr_scaling="adascale" on top of it
+  multiplies the LR by the AdaScale gain (pyhorovod/scaling/adascale.py).
+"""
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from pyhorovod import _api, basics
+from pyhorovod.process_sets import global_process_set
+from pyhorovod.torch import _convert as cv
+from pyhorovod.torch import ops
+from pyhorovod.torch.compression import Compression
+from pyhorovod.torch.functions import broadcast_object
+
+
+def _split_list(items, n):
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # The methods are copied into a subclass of the wrapped optimizer's class (see DistributedOptimizer),
+    # hence super(self.__class__, self) instead of super().
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set, extras):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            all_params = [v for group in self.param_groups for v in group["params"]]
+            named_parameters = [("allreduce.noname.%s" % i, v) for i, v in enumerate(all_params)]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                             "produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                             % ", ".join(dups))
+        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
+        unnamed = all_ids - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._handles = {}
+        self._hook_handles = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+        self._lr_policy = extras.get("lr_policy")
+        self._noise_tap = extras.get("noise_tap")
+        self._lr_step = 0
+        self._applied_lrs = None
+        if process_set.included() and (basics.size() > 1 or self._noise_tap is not None):
+            self._register_hooks()
+
+    # ------------------------------------------------------------ hooks
+
+    def _register_hooks(self):
+        if self._groups is not None:
+            p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            # Groups must be formed identically everywhere: use rank 0's parameter order.
+            order = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0,
+                                     name="DistributedOptimizer.groups", process_set=self.process_set)
+            p_list.sort(key=lambda p: order.index(self._parameter_names.get(p)))
+            if isinstance(self._groups, list):
+                listed = {id(p) for p in p_list}
+                p_groups = [[p for p in g if id(p) in listed] for g in self._groups]
+                grouped = {id(p) for g in p_groups for p in g}
+                p_groups += [[p] for p in p_list if id(p) not in grouped]
+            else:
+                p_groups = _split_list(p_list, self._groups)
+            for group in (tuple(g) for g in p_groups if g):
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def _scales(self):
+        # Average = Sum x 1/size (added by the engine); predividing splits the division around the sum
+        # (less overflow risk in fp16): pre 1/f, post f.
+        if self.op == _api.Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # This rank computed no gradient for p (a dynamic graph), but others may have: send zeros.
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+        if self._noise_tap is not None:
+            self._noise_tap.accumulate(tensor, p)
+        if tensor.is_sparse:
+            if self.sparse_as_dense:
+                tensor = tensor.to_dense()
+            else:
+                return ops.sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
+        compressed, ctx = self._compression.compress(tensor)
+        pre, post = self._scales()
+        handle = ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                      postscale_factor=post, process_set=self.process_set)
+        return handle, ctx
+
+    def _grouped_allreduce_grad_async(self, group):
+        for p in group:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            if self._noise_tap is not None:
+                self._noise_tap.accumulate(p.grad, p)
+        grads = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in group]
+        compressed, ctxs = zip(*[self._compression.compress(g) for g in grads])
+        pre, post = self._scales()
+        handle = ops.grouped_allreduce_async_(list(compressed), name=self._parameter_names.get(group[0]),
+                                              op=self.op, prescale_factor=pre, postscale_factor=post,
+                                              process_set=self.process_set)
+        return handle, ctxs
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times before call "
+                        "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            if self._noise_tap is not None:
+                self._noise_tap.on_pass(p)  # one worker: per-micro-batch norms (noise_tap.py)
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        self._handles[group] = self._grouped_allreduce_grad_async(group)
+                        for gp in group:
+                            self._handles.pop(gp, None)
+                        self._group_counts[group] = 0
+                        self._maybe_start_noise_tap()
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+            if handle is not None:
+                self._maybe_start_noise_tap()
+        return hook
+
+    def _started(self):
+        done = set()
+        for key, (handle, _) in self._handles.items():
+            if handle is not None:
+                done.update(key if isinstance(key, tuple) else (key,))
+        return done
+
+    def _maybe_start_noise_tap(self):
+        # The extra norm rides with the step's last gradient, in the same engine cycle.
+        if self._noise_tap is not None and not self._noise_tap.started \
+                and len(self._started()) == len(self._requires_update):
+            self._noise_tap.start()
+
+    # ------------------------------------------------------------ synchronize / step
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hooks did not fire) and writes the
+        averaged gradients into p.grad."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        started = self._started()
+        if self._groups is not None:
+            for group in {self._p_to_group[p] for p in self._requires_update - started}:
+                for gp in group:
+                    self._handles.pop(gp, None)
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+                self._group_counts[group] = 0
+        else:
+            for p in self._requires_update - started:
+                self._handles[p] = self._allreduce_grad_async(p)
+        if self._noise_tap is not None and self._requires_update:
+            self._noise_tap.start()
+        reduced, reduced_params = [], []
+        for key, (handle, ctx) in list(self._handles.items()):
+            if isinstance(key, tuple):
+                outputs = ops.synchronize(handle)
+                for gp, output, gctx in zip(key, outputs, ctx):
+                    self._allreduce_delay[gp] = self.backward_passes_per_step
+                    self._set_grad(gp, self._compression.decompress(output, gctx))
+                    reduced.append(gp.grad)
+                    reduced_params.append(gp)
+            else:
+                output = handle() if callable(handle) else ops.synchronize(handle)
+                self._allreduce_delay[key] = self.backward_passes_per_step
+                self._set_grad(key, output if callable(handle) else self._compression.decompress(output, ctx))
+                reduced.append(key.grad)
+                reduced_params.append(key)
+        self._handles.clear()
+        self._synchronized = True
+        if self._noise_tap is not None and self._requires_update:
+            self._noise_tap.finish(reduced, self._lrs_for_step()[0], reduced_params)
+
+    @staticmethod
+    def _set_grad(p, value):
+        if p.grad.is_sparse:
+            if not value.is_sparse:  # sparse_as_dense: back to the layout the optimizer expects
+                value = value.to_sparse()
+            p.grad.zero_().add_(value)
+        elif value.data_ptr() != p.grad.data_ptr():
+            p.grad.set_(value.to(p.grad.dtype) if value.dtype != p.grad.dtype else value)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """For step() after an explicit synchronize() (e.g. gradient clipping between the two)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def _lrs_for_step(self):
+        lrs = [group["lr"] for group in self.param_groups]
+        if self._lr_policy is None:
+            return lrs
+        m = self._lr_policy.multiplier(self._lr_step)
+        return [lr * m for lr in lrs]
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
+                              "consider using optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        if self._lr_policy is None:
+            return super(self.__class__, self).step(closure)
+        base = [group["lr"] for group in self.param_groups]
+        applied = self._lrs_for_step()
+        for group, lr in zip(self.param_groups, applied):
+            group["lr"] = lr
+        try:
+            return super(self.__class__, self).step(closure)
+        finally:
+            for group, lr in zip(self.param_groups, base):
+                group["lr"] = lr
+            self._applied_lrs = applied
+            if basics.rank() == 0:
+                self._lr_policy.maybe_log(self._lr_step, applied)
+            self._lr_step += 1
+
+    def _local_step(self, closure=None):
+        """The wrapped optimizer's step alone: no allreduce, no LR scaling (broadcast_optimizer_state)."""
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, set_to_none: bool = True):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                                 "cause a race condition.")
+        return super(self.__class__, self).zero_grad(set_to_none)
+
+    # ------------------------------------------------------------ state, extras
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def applied_lr(self):
+        """The LRs (one per param group) used by the last step(), after scaling and warmup."""
+        return list(self._applied_lrs) if self._applied_lrs is not None else self._lrs_for_step()
+
+    @property
+    def lr_step(self):
+        """Steps taken so far, as counted by the warmup (restored by load_state_dict)."""
+        return self._lr_step
+
+    def state_dict(self):
+        state = super(self.__class__, self).state_dict()
+        state["pyhorovod_lr_step"] = self._lr_step
+        return state
+
+    def load_state_dict(self, state_dict):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        state_dict = dict(state_dict)
+        self._lr_step = int(state_dict.pop("pyhorovod_lr_step", self._lr_step))
+        super(self.__class__, self).load_state_dict(state_dict)
+
+    def noise_scale_report(self):
+        """The noise-scale estimator's report() (measure_noise_scale=True), None before the first step."""
+        if self._noise_tap is None:
+            raise ValueError("noise_scale_report() needs DistributedOptimizer(measure_noise_scale=True, "
+                             "batch_size=...)")
+        return self._noise_tap.report()
+
+    @property
+    def noise_scale_estimator(self):
+        """The NoiseScaleEstimator itself (e.g. to set .grad_scale under AMP), None when not measuring."""
+        return None if self._noise_tap is None else self._noise_tap.estimator
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=_api.Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set,
+                         lr_scaling=None, base_batch_size=None, batch_size=None, warmup_steps=None,
+                         warmup_epochs=None, steps_per_epoch=None, measure_noise_scale=False):
+    """Wraps `optimizer` so that step() uses gradients averaged over the ranks of `process_set`.
+    Arguments as horovod.torch.DistributedOptimizer, plus the LR scaling and noise-scale options above
+    (batch_size: the local batch of one backward pass)."""
+    from pyhorovod.torch._lr_policy import LrPolicy
+    from pyhorovod.torch.noise_tap import NoiseScaleTap
+
+    if op == _api.Adasum:
+        raise NotImplementedError(cv.ADASUM_MESSAGE)
+    cv.check_op(op)
+    if gradient_predivide_factor != 1.0 and op != _api.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    process_set = global_process_set if process_set is None else process_set
+    if getattr(process_set, "process_set_id", None) is None:
+        raise ValueError(f"process_set={process_set!r} is not a registered ProcessSet")
+    workers = len(process_set.ranks)
+    extras = {}
+    if lr_scaling == "adascale":
+        if not measure_noise_scale:
+            raise ValueError("lr_scaling='adascale' needs measure_noise_scale=True (its gain comes from the "
+                             "noise-scale estimates)")
+    elif lr_scaling not in (None, "none"):
+        extras["lr_policy"] = LrPolicy(lr_scaling, workers, backward_passes_per_step, base_batch_size,
+                                       batch_size, warmup_steps, warmup_epochs, steps_per_epoch)
+    elif base_batch_size is not None or warmup_steps is not None or warmup_epochs is not None:
+        raise ValueError("base_batch_size/warmup_steps/warmup_epochs need lr_scaling='linear' or 'sqrt'")
+    if measure_noise_scale:
+        if measure_noise_scale not in (True, "per_group"):
+            raise ValueError("measure_noise_scale must be False, True or 'per_group', got %r"
+                             % (measure_noise_scale,))
+        extras["noise_tap"] = NoiseScaleTap(batch_size, backward_passes_per_step, workers, op, process_set,
+                                            optimizer.param_groups, per_group=measure_noise_scale == "per_group")
+        if lr_scaling == "adascale":
+            from pyhorovod.scaling.adascale import AdaScalePolicy
+            extras["lr_policy"] = AdaScalePolicy(extras["noise_tap"].estimator, verbose=basics.rank() == 0)
+
+    attrs = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), attrs)
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set, extras)

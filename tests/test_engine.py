@@ -1,0 +1,276 @@
+"""The background engine through the public API, over real processes (tests/mp.py: hard timeout, every
+rank's output and traceback on failure): different submission orders, every kind of mismatch (error on
+every rank, engine usable afterwards), duplicate names, fusion of many small mixed tensors checked
+exactly, the response cache over many cycles, per-request timeouts, and shutdown from one rank.
+
+Fusion and cache hits are observed through the engine's statistics line ("engine stats: ..."), which it
+logs at INFO level when it stops. Features (stall inspector, timeline, process sets, join) are in
+test_engine_features.py."""
+import re
+import time
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+STATS = re.compile(r"engine stats: (\d+) rounds, (\d+) cached responses, (\d+) full responses, (\d+) errors, "
+                   r"(\d+) units run, (\d+) tensors in fused units")
+
+
+def stats(stderr):
+    m = STATS.search(stderr)
+    assert m, f"no engine stats line in:\n{stderr}"
+    keys = ("rounds", "cached", "full", "errors", "units", "fused")
+    return dict(zip(keys, map(int, m.groups())))
+
+
+# ------------------------------------------------------------------ submission orders
+
+def body_orders():
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    for phase in range(3):  # phase 0 negotiates names, later phases run from the response cache
+        order = np.random.default_rng(100 * phase + r).permutation(24)
+        handles = {}
+        for i in order:
+            name = f"t{i}"
+            if i % 3 == 0:
+                handles[i] = hvd.allreduce_async(np.arange(i + 1, dtype=np.float32) * (r + 1), op=hvd.Sum, name=name)
+            elif i % 3 == 1:
+                handles[i] = hvd.allgather_async(np.full((r + 1, 2), 10 * r + i, np.int32), name=name)
+            else:
+                handles[i] = hvd.broadcast_async(np.full(3, 100 * r + i, np.float64), root_rank=i % n, name=name)
+        for i in range(24):
+            out = hvd.synchronize(handles[i])
+            if i % 3 == 0:
+                assert np.array_equal(out, np.arange(i + 1, dtype=np.float32) * tri), (i, out)
+            elif i % 3 == 1:
+                want = np.concatenate([np.full((q + 1, 2), 10 * q + i, np.int32) for q in range(n)])
+                assert np.array_equal(out, want), (i, out)
+            else:
+                assert np.array_equal(out, np.full(3, 100 * (i % n) + i, np.float64)), (i, out)
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_submission_orders_differ_across_ranks(size):
+    run_ranks(body_orders, size, timeout=90)
+
+
+# ------------------------------------------------------------------ mismatches
+
+def body_mismatch():
+    import pyhorovod as hvd
+    from pyhorovod import _core, basics
+    from pyhorovod.errors import translated
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    odd = r == n - 1  # the last rank disagrees; the coordinator compares it with rank 0
+    L = n - 1
+    f32, f64 = np.float32, np.float64
+    cases = {
+        "shape": (lambda: hvd.allreduce(np.ones((2, 4 if odd else 3), f32), name="shape"),
+                  f"Mismatched allreduce tensor shapes: rank 0 sent [2, 3], rank {L} sent [2, 4]"),
+        "dtype": (lambda: hvd.allreduce(np.ones(3, f64 if odd else f32), name="dtype"),
+                  f"Mismatched data types: rank 0 sent float32, rank {L} sent float64"),
+        "op": (lambda: hvd.allreduce(np.ones(3, f32), op=hvd.Max if odd else hvd.Sum, name="op"),
+               f"Mismatched reduce ops: rank 0 used Sum, rank {L} used Max"),
+        "prescale": (lambda: hvd.allreduce(np.ones(3, f32), op=hvd.Sum, prescale_factor=2.0 if odd else 1.0,
+                                           name="prescale"),
+                     f"Mismatched prescale factors: rank 0 used 1, rank {L} used 2"),
+        "postscale": (lambda: hvd.allreduce(np.ones(3, f32), op=hvd.Sum, postscale_factor=0.5 if odd else 1.0,
+                                            name="postscale"),
+                      f"Mismatched postscale factors: rank 0 used 1, rank {L} used 0.5"),
+        "root": (lambda: hvd.broadcast(np.ones(3, f32), root_rank=1 if odd else 0, name="root"),
+                 f"Mismatched broadcast root ranks: rank 0 used root 0, rank {L} used root 1"),
+        "allgather": (lambda: hvd.allgather(np.ones((1, 4 if odd else 3), f32), name="gather"),
+                      f"Mismatched allgather tensor shapes: rank 0 sent [1, 3], rank {L} sent [1, 4]"),
+        "optype": (lambda: (hvd.allgather if odd else hvd.allreduce)(np.ones(3, f32), name="optype"),
+                   f"Mismatched collective operations: rank 0 requested allreduce, rank {L} requested allgather"),
+        "reducescatter": (lambda: hvd.reducescatter(np.ones((6 if odd else 4, 2), f32), name="rs"),
+                          f"Mismatched reducescatter tensor shapes: rank 0 sent [4, 2], rank {L} sent [6, 2]"),
+    }
+
+    def device_case():
+        x, y = np.ones(3, f32), np.empty(3, f32)
+        eng = basics.engine()
+        with translated():
+            h = eng.enqueue(_core.ALLREDUCE, "device", _core.FLOAT32, [3], x.ctypes.data, y.ctypes.data,
+                            device=0 if odd else -1)
+            eng.wait(h)
+
+    cases["device"] = (device_case, f"Mismatched devices: rank 0 used cpu, rank {L} used cuda:0")
+    seen = {}
+    for key, (fn, want) in cases.items():
+        with pytest.raises(hvd.HorovodInternalError) as info:
+            fn()
+        msg = str(info.value)
+        assert want in msg, (key, msg)
+        assert msg.startswith(f"rank {r}: "), msg  # our rank, then the op, name and request number
+        assert "(request #" in msg, msg
+        seen[key] = msg
+        # The engine keeps working after every mismatch.
+        assert hvd.allreduce(np.ones(2, f32), op=hvd.Sum, name="after")[0] == n
+    # Leading dimensions may differ in an allgather: that is not a mismatch.
+    out = hvd.allgather(np.full((r + 1, 3), r, f32), name="gather.ok")
+    assert out.shape == (n * (n + 1) // 2, 3)
+    hvd.shutdown()
+    return seen
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_every_mismatch_fails_on_every_rank(size):
+    results = run_ranks(body_mismatch, size, timeout=120)
+    for key in results[0].value:
+        texts = [res.value[key].split(" failed: ", 1)[1] for res in results]
+        assert len(set(texts)) == 1, texts  # the same verdict on every rank (each names its own request)
+
+
+# ------------------------------------------------------------------ duplicates, timeouts, shutdown
+
+def body_duplicates():
+    import pyhorovod as hvd
+    hvd.init()
+    n = hvd.size()
+    h = hvd.allreduce_async(np.ones(4, np.float32), op=hvd.Sum, name="dup")
+    with pytest.raises(ValueError, match="'dup' is already in flight"):
+        hvd.allreduce_async(np.ones(4, np.float32), op=hvd.Sum, name="dup")
+    assert hvd.synchronize(h)[0] == n
+    # Once completed, the name is free again.
+    assert hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name="dup")[0] == n
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_duplicate_name_in_flight_is_a_value_error(size):
+    run_ranks(body_duplicates, size, timeout=60)
+
+
+def body_timeout():
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    if r == 0:
+        t = time.monotonic()
+        with pytest.raises(hvd.HorovodTimeoutError) as info:
+            hvd.allreduce(np.ones(1, np.float32), name="lonely")
+        elapsed = time.monotonic() - t
+        missing = ", ".join(str(q) for q in range(1, n))
+        msg = str(info.value)
+        assert f"allreduce 'lonely' timed out after 2 s" in msg, msg
+        assert f"ranks [{missing}] never submitted it" in msg, msg
+        assert 1.9 < elapsed < 6, elapsed
+    hvd.barrier()  # the others wait here (their timeout is long) until rank 0 got its error
+    assert hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="lonely")[0] == n
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_timeout_names_the_ranks_that_never_submitted(size):
+    run_ranks(body_timeout, size, timeout=60,
+              env=lambda r: {"PYHOROVOD_TIMEOUT_SECONDS": "2" if r == 0 else "30"})
+
+
+def body_shutdown():
+    import pyhorovod as hvd
+    hvd.init()
+    r = hvd.rank()
+    hvd.barrier()
+    if r == 0:
+        time.sleep(0.3)
+        hvd.shutdown()  # coordinated: every rank's engine stops in the same round
+        return
+    h = hvd.allreduce_async(np.ones(1, np.float32), name="never")
+    t = time.monotonic()
+    with pytest.raises(hvd.HorovodInternalError, match="rank 0 shut down"):
+        hvd.synchronize(h)
+    assert time.monotonic() - t < 10
+    with pytest.raises(hvd.HorovodInternalError, match="shut down"):
+        hvd.allreduce(np.ones(1, np.float32), name="later")
+    hvd.shutdown()
+
+
+def test_shutdown_by_one_rank_fails_pending_handles_everywhere():
+    run_ranks(body_shutdown, 3, timeout=60)
+
+
+# ------------------------------------------------------------------ fusion and the response cache
+
+def mixed_tensors(r, count, seed):
+    rng = np.random.default_rng(seed)
+    kinds = [np.float32, np.float64, np.int32, np.float16]
+    out = []
+    for i in range(count):
+        n = int(rng.integers(1, 3000))
+        dt = kinds[i % len(kinds)]
+        base = (np.arange(n) % 13 + i % 7).astype(dt)  # small integers: every sum is exact
+        out.append((base, (base * (r + 1)).astype(dt)))
+    return out
+
+
+def body_fusion():
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    for it in range(3):
+        pairs = mixed_tensors(r, 120, seed=it)
+        handles = [hvd.allreduce_async(x, op=hvd.Sum, name=f"m{i}") for i, (_, x) in enumerate(pairs)]
+        avg = hvd.allreduce_async(np.full(7, 2 * (r + 1), np.float64), op=hvd.Average, name="avg")
+        for i, h in enumerate(handles):
+            base, x = pairs[i]
+            out = hvd.synchronize(h)
+            assert out.dtype == base.dtype and np.array_equal(out, (base * tri).astype(base.dtype)), i
+            assert np.array_equal(x, (base * (r + 1)).astype(base.dtype)), "input modified"
+        assert np.array_equal(hvd.synchronize(avg), np.full(7, tri * 2 / n)), "average"
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("threshold", ["65536", "0"])
+@pytest.mark.parametrize("size", [2, 3])
+def test_fusion_of_many_small_mixed_tensors(size, threshold):
+    results = run_ranks(body_fusion, size, timeout=120,
+                        env={"HOROVOD_FUSION_THRESHOLD": threshold, "HOROVOD_LOG_LEVEL": "info"})
+    s = stats(results[0].stderr)
+    if threshold == "0":
+        assert s["fused"] == 0, s
+    else:
+        # 4 dtypes per cycle and a 64 KiB threshold: most of the 363 tensors share a fusion buffer.
+        assert s["fused"] > 200 and s["units"] < 200, s
+
+
+def body_cache(iterations):
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    for it in range(iterations):
+        a = hvd.allreduce(np.full(3, r + it, np.float32), op=hvd.Sum, name="a")
+        b = hvd.allreduce(np.arange(5, dtype=np.int64) * (r + 1), op=hvd.Max, name="b")
+        c = hvd.broadcast(np.full(2, r * 10 + it, np.float64), root_rank=it % n, name="c")
+        d = hvd.allgather(np.full((r + 1, 2), it, np.int32), name="d")
+        assert a[0] == sum(q + it for q in range(n)), a
+        assert np.array_equal(b, np.arange(5) * n), b
+        assert c[0] == (it % n) * 10 + it, c
+        assert d.shape == (n * (n + 1) // 2, 2) and (d == it).all(), d
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("capacity", ["1024", "2", "0"])
+def test_response_cache_over_many_cycles(capacity):
+    iterations = 150
+    results = run_ranks(body_cache, 2, timeout=120, args=(iterations,),
+                        env={"HOROVOD_CACHE_CAPACITY": capacity, "HOROVOD_LOG_LEVEL": "info"})
+    s = stats(results[1].stderr)
+    total = 4 * iterations
+    assert s["cached"] + s["full"] >= total, s
+    if capacity == "1024":
+        # 'c' changes its root every cycle, so it is renegotiated each time (a changed request is never a
+        # cache hit); the other three send descriptors only in their first cycle.
+        assert iterations <= s["full"] <= iterations + 8 and s["cached"] >= 3 * iterations - 8, s
+    elif capacity == "2":
+        assert s["full"] >= 2 * iterations, s  # 4 tensors through 2 positions: evictions every cycle
+    else:
+        assert s["cached"] == 0, s

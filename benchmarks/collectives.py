@@ -78,7 +78,8 @@ def launch(cand, n, sizes, args, hvd_python, tag):
     """Run one worker group; returns the parsed per-rank records."""
     wargs = ["--ops", args.ops, "--sizes", ",".join(map(str, sizes)), "--reps", str(args.reps),
              "--warmup", str(args.warmup), "--iter-bytes", str(args.iter_bytes),
-             "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters), "--tag", tag]
+             "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters), "--budget-s", str(args.budget_s),
+             "--tag", tag]
     env = C.python_env({"PYHOROVOD_SHM": "0"} if cand == "api-tcp" else None)
     if cand in ("mpi", "mpi-tcp", "hvd-mpi"):
         py = hvd_python if cand == "hvd-mpi" else sys.executable
@@ -230,6 +231,7 @@ def main(argv=None):
                    help="calls per batch = this / size, clamped to [--min-iters, --max-iters]")
     p.add_argument("--min-iters", type=int, default=3)
     p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--budget-s", type=float, default=0.5, help="calls per batch cut to take about this long")
     p.add_argument("--split", default="1M,32M", help="size block boundaries (one launch per block)")
     p.add_argument("--timeout", type=float, default=600.0, help="hard limit per launch, seconds")
     p.add_argument("--api-launcher", choices=("spawn", "run"), default="spawn")

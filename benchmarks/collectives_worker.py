@@ -9,6 +9,7 @@ for api.
 Method, the same for every candidate (nccl-tests style): for each op and size, one untimed call on
 inputs whose result is exact (small integers in float32) is checked element by element; then `warmup`
 calls; then `reps` timed batches, each = barrier + `iters` back-to-back calls, time = batch/iters per rank.
+iters = iter_bytes/size clamped to [min_iters, max_iters], and cut so a batch takes about budget_s.
 The driver takes the slowest rank of each batch (a collective is done when its last rank is).
 allreduce is timed in place on zeros (in-place sums of real data would grow without bound over the
 iterations); the zeros are checked afterwards too. allgather/broadcast are checked after the timed loop.
@@ -264,8 +265,17 @@ def bench_one(be, op, nbytes, args):
         actual = count * 4
     else:
         raise ValueError(op)
+    t0 = time.perf_counter()
     for _ in range(warmup):
         call()
+    # Agree on the batch length: the mean warm-up time over ranks (an allreduce of this very candidate),
+    # so that a slow candidate or a slow machine state still finishes a batch in about --budget-s.
+    est = np.array([(time.perf_counter() - t0) / warmup], dtype=np.float32)
+    et = be.tensor(est)
+    be.allreduce(et)
+    per_call = float(be.to_numpy(et)[0]) / n
+    if per_call > 0:
+        iters = int(min(iters, max(args.min_iters, args.budget_s / per_call)))
     times = []
     for _ in range(args.reps):
         be.barrier()
@@ -287,6 +297,7 @@ def main():
     p.add_argument("--iter-bytes", type=int, default=64 << 20)
     p.add_argument("--min-iters", type=int, default=3)
     p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--budget-s", type=float, default=0.5, help="target seconds per timed batch")
     p.add_argument("--tag", default="")
     args = p.parse_args()
     be = make_backend(args.candidate)

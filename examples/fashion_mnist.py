@@ -93,10 +93,9 @@ class ProgressBar:
         sys.stderr.flush()
 
 
-def global_mean(values, name):
-    """Sums over all ranks of [sum, count] pairs -> the global means."""
-    t = hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name)
-    return t
+def global_sum(values, name):
+    """Element-wise sums over all ranks (float64, so that counts and sums stay exact)."""
+    return hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name)
 
 
 def evaluate(model, x, y, batch):
@@ -107,7 +106,7 @@ def evaluate(model, x, y, batch):
             out = model(x[i:i + batch])
             loss_sum += float(F.cross_entropy(out, y[i:i + batch], reduction="sum"))
             correct += float((out.argmax(1) == y[i:i + batch]).sum())
-    totals = global_mean([loss_sum, correct, float(len(x))], "eval.totals")
+    totals = global_sum([loss_sum, correct, float(len(x))], "eval.totals")
     model.train()
     return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
@@ -136,6 +135,8 @@ def parse_args(argv):
                    help="rank 1 crashes at the start of this epoch on the first start (restart demo)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--metrics-json", default="", help="rank 0 writes the per-epoch metrics here")
+    p.add_argument("--measure-noise-scale", action="store_true",
+                   help="live gradient noise scale B_simple and the critical-batch advice (rank 0 prints it)")
     return p.parse_args(argv)
 
 
@@ -165,7 +166,7 @@ def main(argv=None):
         optimizer, named_parameters=model.named_parameters(), lr_scaling=args.lr_scaling,
         base_batch_size=args.base_batch, batch_size=args.batch_size,
         warmup_epochs=args.warmup_epochs if args.lr_scaling != "none" else None,
-        steps_per_epoch=steps_per_epoch)
+        steps_per_epoch=steps_per_epoch, measure_noise_scale=args.measure_noise_scale)
 
     start_epoch = 0
     path = os.path.join(args.checkpoint_dir, "checkpoint.pt") if args.checkpoint_dir else ""
@@ -208,12 +209,14 @@ def main(argv=None):
             bar.update(step + 1, loss.item())
         elapsed = time.perf_counter() - t0
         # images/s: every rank's own rate, summed (not rank 0's rate times N)
-        totals = global_mean([loss_sum, correct, seen, seen / elapsed], "train.totals")
+        totals = global_sum([loss_sum, correct, seen, seen / elapsed], "train.totals")
         test_loss, test_acc = evaluate(model, x_test, y_test, 500)
         record = {"epoch": epoch + 1, "train_loss": float(totals[0] / totals[2]),
                   "train_acc": float(totals[1] / totals[2]), "test_loss": test_loss, "test_acc": test_acc,
                   "images_per_s": float(totals[3]), "global_batch": global_batch,
                   "lr": optimizer.applied_lr()[0], "seconds": elapsed}
+        if args.measure_noise_scale:
+            record["noise_scale"] = optimizer.noise_scale_report()
         history.append(record)
         if rank == 0:
             print(f"epoch {epoch + 1}/{args.epochs}: train loss {record['train_loss']:.4f} acc "

@@ -43,14 +43,15 @@ def init(comm=None, process_sets=None) -> None:
     _process_sets._on_init(static)
 
 
-def barrier(process_set=global_process_set) -> None:
-    """Blocks until every rank of the set has reached it."""
-    _api.barrier(_process_sets.resolve(process_set).process_set_id)
+def barrier(process_set=global_process_set, timeout=None) -> None:
+    """Blocks until every rank of the set has reached it (timeout=: seconds, default
+    PYHOROVOD_TIMEOUT_SECONDS)."""
+    _api.barrier(_process_sets.resolve(process_set).process_set_id, timeout=timeout)
 
 
-def join(device: int = -1) -> int:
+def join(device: int = -1, timeout=None) -> int:
     """Signals that this rank has no more data (uneven inputs); returns the rank that joined last."""
-    return _api.join(device)
+    return _api.join(device, timeout=timeout)
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -52,6 +52,7 @@ class Op:
     device: int = -1
     group: int = 0
     group_size: int = 0
+    timeout: float = 0.0   # seconds; 0: the engine's default (PYHOROVOD_TIMEOUT_SECONDS)
 
 
 @dataclasses.dataclass
@@ -106,6 +107,22 @@ def resolve_op(op, average) -> int:
     return Average if op is None else op
 
 
+def check_timeout(timeout) -> float:
+    """The per-call `timeout=` keyword: None -> 0.0 (the job's PYHOROVOD_TIMEOUT_SECONDS), else a positive
+    finite number of seconds after which every rank's request fails with HorovodTimeoutError."""
+    if timeout is None:
+        return 0.0
+    if isinstance(timeout, bool):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r}")
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+    return value
+
+
 def check_root(root_rank, set_size: int) -> int:
     if isinstance(root_rank, bool):
         raise ValueError(f"root_rank must be an integer, got {root_rank!r}")
@@ -132,7 +149,7 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
                 op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
                 reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
                 root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
-                group=op.group, group_size=op.group_size))
+                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout)))
     except Exception as e:
         if handles:
             with _lock:
@@ -209,12 +226,12 @@ def _drop_all():
 basics.on_shutdown(_drop_all)
 
 
-def barrier(process_set_id: int = 0) -> None:
-    synchronize(submit([Op(_core.BARRIER, _core.UINT8, (0,), process_set=process_set_id)], None,
-                       lambda rs: None))
+def barrier(process_set_id: int = 0, timeout=None) -> None:
+    synchronize(submit([Op(_core.BARRIER, _core.UINT8, (0,), process_set=process_set_id,
+                           timeout=check_timeout(timeout))], None, lambda rs: None))
 
 
-def join(device: int = -1, process_set_id: int = 0) -> int:
+def join(device: int = -1, process_set_id: int = 0, timeout=None) -> int:
     """Blocks until every rank has joined; returns the rank that joined last (horovod.torch.join)."""
-    return synchronize(submit([Op(_core.JOIN, _core.UINT8, (0,), device=device,
-                                  process_set=process_set_id)], None, lambda rs: int(rs[0].value)))
+    return synchronize(submit([Op(_core.JOIN, _core.UINT8, (0,), device=device, process_set=process_set_id,
+                                  timeout=check_timeout(timeout))], None, lambda rs: int(rs[0].value)))

@@ -185,7 +185,21 @@ def exchange_topology(info: RankInfo, store, prefix: str, host: str, timeout_s: 
         return info
     store.set(f"{prefix}/host/{info.rank}", json.dumps([host, info.local_rank]).encode())
     keys = [f"{prefix}/host/{r}" for r in range(info.size)]
-    store.wait(keys, timeout_s)
+    try:
+        store.wait(keys, timeout_s)
+    except Exception as e:
+        from pyhorovod import _core
+        if not isinstance(e, _core.TimeoutError_):
+            raise
+        # Name the ranks, not just the store keys, that never arrived.
+        from pyhorovod.errors import HorovodTimeoutError
+        try:
+            missing = [r for r, key in enumerate(keys) if not store.check(key)]
+        except Exception:  # noqa: BLE001 -- the store itself went away: the original text says enough
+            missing = []
+        who = f"ranks {missing} never arrived at the rendezvous" if missing else "the rendezvous did not complete"
+        raise HorovodTimeoutError(f"rank {info.rank}: {who} within {timeout_s:g} s "
+                                  f"(PYHOROVOD_CONNECT_TIMEOUT_SECONDS): {e}") from e
     entries = []
     for key in keys:
         h, lr = json.loads(bytes(store.get(key, timeout_s)).decode())

@@ -8,7 +8,9 @@ pyhorovod.poll / pyhorovod.synchronize). What differs from horovod.torch:
   patterns held in a uint16 array, e.g. `allreduce(bits, dtype="bfloat16")`. Arrays of ml_dtypes.bfloat16
   are recognised without it.
 - broadcast's root_rank and process-set ranks count inside the process set (0..set size-1).
-Every argument is checked before anything is enqueued: a bad one raises ValueError on this rank only and
+Every function takes `timeout=` (seconds; default PYHOROVOD_TIMEOUT_SECONDS): past it the request fails
+on every rank with HorovodTimeoutError naming the ranks that never submitted it. Horovod has no such
+keyword. Every argument is checked before anything is enqueued: a bad one raises ValueError on this rank only and
 nothing is communicated.
 """
 import operator
@@ -99,8 +101,10 @@ def _from_result(result, dtype: np.dtype) -> np.ndarray:
 
 # ---------------------------------------------------------------- allreduce
 
-def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, postscale, process_set, dtype):
+def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, postscale, process_set, dtype,
+                     timeout=None):
     ps = process_sets.resolve(process_set)
+    timeout = _api.check_timeout(timeout)
     op = _api.resolve_op(op, average)
     what = ("grouped_" if grouped else "") + "allreduce" + ("_" if inplace else "")
     prescale, postscale = float(prescale), float(postscale)
@@ -116,7 +120,7 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, pos
     ops = [Op(_core.ALLREDUCE, c, a.shape, _ptr(a), _ptr(o),
               name=(f"{name}.{i}" if grouped else name) if name else "", reduce_op=op,
               prescale=prescale, postscale=postscale, process_set=ps.process_set_id,
-              group=group, group_size=len(arrs) if grouped else 0)
+              group=group, group_size=len(arrs) if grouped else 0, timeout=timeout)
            for i, (a, o, c) in enumerate(zip(arrs, outs, codes))]
     results = list(tensors) if inplace else outs
     finalize = (lambda rs: results) if grouped else (lambda rs: results[0])
@@ -124,99 +128,103 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, pos
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set, dtype=None) -> int:
+                    process_set=global_process_set, dtype=None, timeout=None) -> int:
     return _allreduce_async([tensor], False, False, average, name, op, prescale_factor, postscale_factor,
-                            process_set, dtype)
+                            process_set, dtype, timeout)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set, dtype=None) -> int:
+                     process_set=global_process_set, dtype=None, timeout=None) -> int:
     return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
-                            process_set, dtype)
+                            process_set, dtype, timeout)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=global_process_set, dtype=None):
+              process_set=global_process_set, dtype=None, timeout=None):
     """Reduction over all ranks of the set (default op: Average, as Horovod), into a new array."""
     return _api.synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                            process_set, dtype))
+                                            process_set, dtype, timeout))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set, dtype=None):
+               process_set=global_process_set, dtype=None, timeout=None):
     return _api.synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                             process_set, dtype))
+                                             process_set, dtype, timeout))
 
 
 def grouped_allreduce_async(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set, dtype=None) -> int:
+                            postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> int:
     """One handle for a list of tensors reduced as one unit (fused together, completed together)."""
     return _allreduce_async(list(tensors), False, True, average, name, op, prescale_factor,
-                            postscale_factor, process_set, dtype)
+                            postscale_factor, process_set, dtype, timeout)
 
 
 def grouped_allreduce_async_(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set, dtype=None) -> int:
+                             postscale_factor=1.0, process_set=global_process_set, dtype=None,
+                             timeout=None) -> int:
     return _allreduce_async(list(tensors), True, True, average, name, op, prescale_factor,
-                            postscale_factor, process_set, dtype)
+                            postscale_factor, process_set, dtype, timeout)
 
 
 def grouped_allreduce(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set, dtype=None) -> List:
+                      postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> List:
     return _api.synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                                    postscale_factor, process_set, dtype))
+                                                    postscale_factor, process_set, dtype, timeout))
 
 
 def grouped_allreduce_(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set, dtype=None) -> List:
+                       postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> List:
     return _api.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                     postscale_factor, process_set, dtype))
+                                                     postscale_factor, process_set, dtype, timeout))
 
 
 # ---------------------------------------------------------------- allgather, broadcast
 
-def allgather_async(tensor, name=None, process_set=global_process_set, dtype=None) -> int:
+def allgather_async(tensor, name=None, process_set=global_process_set, dtype=None, timeout=None) -> int:
     """Concatenation along dimension 0 of every rank's tensor (dim 0 may differ per rank)."""
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "allgather", writable=False)
     _at_least_1d(arr, "allgather")
     code = dtype_code(arr, dtype, "allgather")
-    op = Op(_core.ALLGATHER, code, arr.shape, _ptr(arr), 0, name=name or "", process_set=ps.process_set_id)
+    op = Op(_core.ALLGATHER, code, arr.shape, _ptr(arr), 0, name=name or "", process_set=ps.process_set_id,
+            timeout=_api.check_timeout(timeout))
     return _api.submit([op], arr, lambda rs: _from_result(rs[0], arr.dtype))
 
 
-def allgather(tensor, name=None, process_set=global_process_set, dtype=None):
-    return _api.synchronize(allgather_async(tensor, name, process_set, dtype))
+def allgather(tensor, name=None, process_set=global_process_set, dtype=None, timeout=None):
+    return _api.synchronize(allgather_async(tensor, name, process_set, dtype, timeout))
 
 
-def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace):
+def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout=None):
     what = "broadcast_" if inplace else "broadcast"
     ps = process_sets.resolve(process_set)
+    timeout = _api.check_timeout(timeout)
     root = _api.check_root(root_rank, len(ps.ranks))
     arr = _as_array(tensor, what, writable=inplace)
     code = dtype_code(arr, dtype, what)
     out = arr if inplace else np.empty_like(arr, order="C")
     op = Op(_core.BROADCAST, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", root=root,
-            process_set=ps.process_set_id)
+            process_set=ps.process_set_id, timeout=timeout)
     result = tensor if inplace else out
     return _api.submit([op], (arr, out), lambda rs: result)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set, dtype=None) -> int:
-    return _broadcast_async(tensor, root_rank, name, process_set, dtype, False)
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None) -> int:
+    return _broadcast_async(tensor, root_rank, name, process_set, dtype, False, timeout)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None) -> int:
-    return _broadcast_async(tensor, root_rank, name, process_set, dtype, True)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None,
+                     timeout=None) -> int:
+    return _broadcast_async(tensor, root_rank, name, process_set, dtype, True, timeout)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set, dtype=None):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None):
     """root_rank's tensor, copied to every rank (a new array; the input is untouched)."""
-    return _api.synchronize(broadcast_async(tensor, root_rank, name, process_set, dtype))
+    return _api.synchronize(broadcast_async(tensor, root_rank, name, process_set, dtype, timeout))
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None):
-    return _api.synchronize(broadcast_async_(tensor, root_rank, name, process_set, dtype))
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None):
+    return _api.synchronize(broadcast_async_(tensor, root_rank, name, process_set, dtype, timeout))
 
 
 # ---------------------------------------------------------------- alltoall, reducescatter
@@ -235,7 +243,8 @@ def _check_splits(splits, rows: int, n: int) -> List[int]:
     return values
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set, dtype=None) -> int:
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set, dtype=None,
+                   timeout=None) -> int:
     """Rows splits[r] of dimension 0 go to rank r (equal split when splits is None); the result is what
     every rank sent to us, in rank order. With splits given, synchronize returns (output, received_splits)."""
     ps = process_sets.resolve(process_set)
@@ -251,7 +260,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     else:
         values = _check_splits(splits, arr.shape[0], n)
     op = Op(_core.ALLTOALL, code, arr.shape, _ptr(arr), 0, name=name or "", splits=tuple(values),
-            process_set=ps.process_set_id)
+            process_set=ps.process_set_id, timeout=_api.check_timeout(timeout))
 
     def finalize(rs):
         out = _from_result(rs[0], arr.dtype)
@@ -262,12 +271,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _api.submit([op], arr, finalize)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set, dtype=None):
-    return _api.synchronize(alltoall_async(tensor, splits, name, process_set, dtype))
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set, dtype=None, timeout=None):
+    return _api.synchronize(alltoall_async(tensor, splits, name, process_set, dtype, timeout))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0, dtype=None) -> int:
+                        postscale_factor=1.0, dtype=None, timeout=None) -> int:
     """Reduces over the set, then set rank r keeps block r of dimension 0: dim0 // n rows, one more for
     the first dim0 % n ranks (as Horovod). Default op: Average, as in horovod.torch."""
     ps = process_sets.resolve(process_set)
@@ -280,11 +289,12 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     rows = arr.shape[0] // n + (1 if me < arr.shape[0] % n else 0)
     out = np.empty((rows,) + arr.shape[1:], dtype=arr.dtype)
     req = Op(_core.REDUCESCATTER, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", reduce_op=op,
-             prescale=float(prescale_factor), postscale=float(postscale_factor), process_set=ps.process_set_id)
+             prescale=float(prescale_factor), postscale=float(postscale_factor), process_set=ps.process_set_id,
+             timeout=_api.check_timeout(timeout))
     return _api.submit([req], (arr, out), lambda rs: out)
 
 
 def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                  postscale_factor=1.0, dtype=None):
+                  postscale_factor=1.0, dtype=None, timeout=None):
     return _api.synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                                postscale_factor, dtype))
+                                                postscale_factor, dtype, timeout))

@@ -15,13 +15,13 @@ import pytest
 from mp import run_ranks
 
 STATS = re.compile(r"engine stats: (\d+) rounds, (\d+) cached responses, (\d+) full responses, (\d+) errors, "
-                   r"(\d+) units run, (\d+) tensors in fused units")
+                   r"(\d+) units run, (\d+) tensors in fused units, (\d+) reduced inline")
 
 
 def stats(stderr):
     m = STATS.search(stderr)
     assert m, f"no engine stats line in:\n{stderr}"
-    keys = ("rounds", "cached", "full", "errors", "units", "fused")
+    keys = ("rounds", "cached", "full", "errors", "units", "fused", "inline")
     return dict(zip(keys, map(int, m.groups())))
 
 
@@ -251,6 +251,10 @@ def body_cache(iterations):
         b = hvd.allreduce(np.arange(5, dtype=np.int64) * (r + 1), op=hvd.Max, name="b")
         c = hvd.broadcast(np.full(2, r * 10 + it, np.float64), root_rank=it % n, name="c")
         d = hvd.allgather(np.full((r + 1, 2), it, np.int32), name="d")
+        # Small enough to be reduced inside the negotiation round once cached: scales applied exactly once.
+        e = hvd.allreduce(np.full(4, r + 1, np.float32), op=hvd.Average, prescale_factor=2.0,
+                          postscale_factor=3.0, name="e")
+        assert (e == 6.0 * (n * (n + 1) // 2) / n).all(), e
         assert a[0] == sum(q + it for q in range(n)), a
         assert np.array_equal(b, np.arange(5) * n), b
         assert c[0] == (it % n) * 10 + it, c
@@ -264,13 +268,42 @@ def test_response_cache_over_many_cycles(capacity):
     results = run_ranks(body_cache, 2, timeout=120, args=(iterations,),
                         env={"HOROVOD_CACHE_CAPACITY": capacity, "HOROVOD_LOG_LEVEL": "info"})
     s = stats(results[1].stderr)
-    total = 4 * iterations
+    total = 5 * iterations
     assert s["cached"] + s["full"] >= total, s
     if capacity == "1024":
         # 'c' changes its root every cycle, so it is renegotiated each time (a changed request is never a
-        # cache hit); the other three send descriptors only in their first cycle.
-        assert iterations <= s["full"] <= iterations + 8 and s["cached"] >= 3 * iterations - 8, s
+        # cache hit); the other four send descriptors only in their first cycle, and the two small
+        # allreduces ('a', 'e'; 'b' too) are then reduced inside the negotiation round.
+        assert iterations <= s["full"] <= iterations + 10 and s["cached"] >= 4 * iterations - 10, s
+        assert s["inline"] >= 3 * iterations - 10, s
     elif capacity == "2":
-        assert s["full"] >= 2 * iterations, s  # 4 tensors through 2 positions: evictions every cycle
+        assert s["full"] >= 3 * iterations, s  # 5 tensors through 2 positions: evictions every cycle
     else:
         assert s["cached"] == 0, s
+
+
+# ------------------------------------------------------------------ a peer dies
+
+def body_peer_dies():
+    import os
+    import pyhorovod as hvd
+    hvd.init()
+    r = hvd.rank()
+    hvd.barrier()
+    if r == 2:
+        os._exit(0)  # no shutdown: the others must notice on their own
+    t = time.monotonic()
+    with pytest.raises(hvd.HorovodInternalError) as info:
+        hvd.allreduce(np.ones(1, np.float32), name="x")
+    assert time.monotonic() - t < 10, "not fail-fast"
+    msg = str(info.value)
+    assert msg.startswith(f"rank {r}: allreduce 'x'"), msg
+    if r == 0:
+        assert "rank 2" in msg, msg  # the coordinator lost rank 2 itself
+    with pytest.raises(hvd.HorovodInternalError, match="stopped after an error"):
+        hvd.allreduce(np.ones(1, np.float32), name="y")
+    hvd.shutdown()
+
+
+def test_a_dead_peer_fails_pending_requests_fast():
+    run_ranks(body_peer_dies, 3, timeout=60, env={"PYHOROVOD_TIMEOUT_SECONDS": "60"})

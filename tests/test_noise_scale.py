@@ -183,7 +183,8 @@ def test_advisor_formulas():
         return 1 - 1 / (1 + 256 / (k * 64))
     assert savings_of_infinitely_many(36) <= 0.1 + 1e-12 < savings_of_infinitely_many(35)
     assert 1 - steps_ratio(16 * 64, 32 * 64, 256) <= 0.1 + 1e-12 < 1 - steps_ratio(15 * 64, 30 * 64, 256)
-    assert workers_limit(5, 64) == 1 and workers_limit(10, 64) == 2 and efficiency(256, 512, 256) == pytest.approx(512 / 768)
+    assert workers_limit(5, 64) == 1 and workers_limit(10, 64) == 2
+    assert efficiency(256, 512, 256) == pytest.approx(512 / 768)
     assert "goodput_optimal_batch" not in out    # no step times yet
 
 
@@ -278,7 +279,7 @@ def test_ratio_of_emas_tracks_exact_values_on_a_real_run():
     assert 100 < exact < 1e5     # a meaningful scale, not a degenerate one
 
 
-# ---- the sweep machinery on a trial whose answer is known ---------------------------------------------------
+# ---- the sweep machinery on a trial whose answer is known -----------------------------------------------
 
 SYNTHETIC_B_CRIT, SYNTHETIC_WORK = 100.0, 50.0
 
@@ -301,7 +302,8 @@ def test_sweep_recovers_a_known_critical_batch(tmp_path):
     from pyhorovod.scaling.stepfit import fit_steps, halton, steps_to_result
     out = str(tmp_path / "syn")
     res = sweep.main(["--train", "test_noise_scale:synthetic_trial", "--batch-sizes", "8,32,128,512,2048",
-                      "--trials", "6", "--targets", "0.5,0.0", "--min-steps", "2000", "--out", out, "--quiet"])
+                      "--trials", "6", "--targets", "0.5,0.0", "--min-steps", "2000", "--out", out,
+                      "--quiet"])
     s = res["series"]["user"]
     for t, work in (("0.5", SYNTHETIC_WORK / 2), ("0.0", SYNTHETIC_WORK)):
         fit = s["fits"][t]
@@ -347,87 +349,3 @@ def test_sweep_fitted_b_crit_matches_live_b_simple_and_grows(tmp_path):
     assert crit[0] < crit[1] < crit[2], f"B_crit should grow as the target falls: {crit}"
     assert json.load(open(out + ".json"))["series"]["momentum"]["fits"] == json.loads(json.dumps(s["fits"]))
     assert os.path.getsize(out + ".png") > 10000
-
-
-# ---- end to end through DistributedOptimizer(measure_noise_scale=True) -----------------------------------
-
-def dist_body(configs):
-    """For each (bpps, clip, per_group, amp_scale): one training step of a fresh model, each rank on its
-    shard; every rank also computes the expected A_s, A_b from all shards with autograd.grad (which does
-    not fire the optimizer's hooks). The loss is divided by bpps, as Horovod's examples do."""
-    import torch
-    import pyhorovod.torch as hvd
-    hvd.init()
-    return [_one_step(hvd, *c) for c in configs]
-
-
-def _one_step(hvd, bpps, clip, per_group, amp_scale, adascale=False):
-    import torch
-    r, n, b = hvd.rank(), hvd.size(), 4
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    base = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.05}],
-                           lr=0.1)
-    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters(), batch_size=b,
-                                   measure_noise_scale="per_group" if per_group else True,
-                                   backward_passes_per_step=bpps, lr_scaling="adascale" if adascale else None)
-    gen = torch.Generator().manual_seed(1)
-    x, y = torch.randn(n * bpps * b, 5, generator=gen), torch.randint(0, 3, (n * bpps * b,), generator=gen)
-
-    def micro_grads(j):   # per group, the mean gradient of micro-batch j (global index)
-        rows = slice(j * b, (j + 1) * b)
-        gr = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[rows]), y[rows]),
-                                 list(model.parameters()))
-        return [torch.cat([g.double().reshape(-1) for g in gr[:2]]),
-                torch.cat([g.double().reshape(-1) for g in gr[2:]])]
-    micro = [micro_grads(j) for j in range(n * bpps)]
-    opt.zero_grad()
-    if amp_scale:     # gradients of a scaled loss, as under AMP before unscale_
-        opt.noise_scale_estimator.grad_scale = amp_scale
-    for j in range(bpps):
-        rows = slice((r * bpps + j) * b, (r * bpps + j + 1) * b)
-        loss = torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / bpps
-        (loss * (amp_scale or 1.0)).backward()
-    opt.synchronize()
-    if clip:   # clipping after synchronize must not change the measurement (norms before clipping)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
-    with opt.skip_synchronize():
-        opt.step()
-    if n > 1:   # workers: g_k = mean of worker k's micro-batch gradients
-        units = [[sum(micro[k * bpps + j][g] for j in range(bpps)) / bpps for g in (0, 1)] for k in range(n)]
-    else:       # micro-batches, in the units of the accumulated gradient (loss / bpps): g_j / bpps
-        units = [[micro[j][g] / bpps for g in (0, 1)] for j in range(bpps)]
-    a_s = [float(sum((u[g] ** 2).sum() for u in units) / len(units)) for g in (0, 1)]
-    a_b = [float(((sum(u[g] for u in units) / len(units)) ** 2).sum()) for g in (0, 1)]
-    return {"rep": opt.noise_scale_report(), "a_s": a_s, "a_b": a_b, "config": [bpps, per_group, clip, amp_scale, adascale],
-            "applied_lr": opt.applied_lr()}
-
-
-@pytest.mark.parametrize("size,configs", [
-    (2, [(2, True, True, None), (1, False, False, 1024.0, True)]),  # workers (+ accumulation, clip, AMP, AdaScale)
-    (1, [(2, False, True, None), (1, False, False, None)])])   # micro-batches; one gradient: cannot
-@budget(150)
-def test_distributed_optimizer_measures_the_exact_step_values(size, configs):
-    from mp import run_ranks
-    results = run_ranks(dist_body, size, timeout=120, args=(configs,))
-    for res in results:
-        for out in res.value:
-            (bpps, per_group, _, _, adascale), rep = out["config"], out["rep"]
-            a_s, a_b = out["a_s"], out["a_b"]
-            if size == 1 and bpps == 1:
-                assert rep["available"] is False and rep["b_simple"] is None and "cannot" in rep["reason"]
-                continue
-            b_small, b_big = (4 * bpps, 4 * bpps * size) if size > 1 else (4, 4 * bpps)
-            g, tr = unbiased_estimates(np.array(a_s), np.array(a_b), b_small, b_big)
-            assert (rep["b_small"], rep["b_big"], rep["step"]) == (b_small, b_big, 1)
-            assert rep["mode"] == ("workers" if size > 1 else "micro_batches")
-            assert rep["grad_sq"] == pytest.approx(g.sum(), rel=1e-4, abs=1e-7)
-            assert rep["trace_sigma"] == pytest.approx(tr.sum(), rel=1e-4)
-            assert rep["temperature"] == pytest.approx(out["applied_lr"][0] / b_big)   # lr / B_big
-            # AdaScale: no estimate before the first step, so the gain is s = 2 (the linear rule).
-            assert out["applied_lr"] == pytest.approx([0.2, 0.1] if adascale else [0.1, 0.05])
-            if per_group:
-                for i, name in enumerate(["0", "1"]):
-                    assert rep["groups"][name]["grad_sq"] == pytest.approx(g[i], rel=1e-4, abs=1e-7)
-                    assert rep["groups"][name]["trace_sigma"] == pytest.approx(tr[i], rel=1e-4)

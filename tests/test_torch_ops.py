@@ -313,6 +313,43 @@ def body_errors():
     return {"failures": c.failures, "count": c.count}
 
 
+def body_process_sets():
+    """After a re-init with a static process set of the even ranks: collectives on the set (root_rank is
+    a global rank, as Horovod), a clear error for non-members, and DistributedOptimizer on the set."""
+    import torch
+    import pyhorovod.torch as hvd
+    c = _Checker()
+    n = hvd.size()
+    if n == 1:  # the only subset of one rank is the global set itself
+        return {"failures": [], "count": 0}
+    hvd.shutdown()
+    evens = hvd.ProcessSet(list(range(0, n, 2)))
+    hvd.init(process_sets=[evens])
+    r = hvd.rank()
+    members = list(range(0, n, 2))
+    if r in members:
+        c.eq("set allreduce", hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, process_set=evens),
+             torch.tensor([float(sum(members))]))
+        c.eq("set broadcast from global rank", hvd.broadcast(torch.tensor([float(r)]), members[-1],
+                                                             process_set=evens),
+             torch.tensor([float(members[-1])]))
+        c.eq("set allgather", hvd.allgather(torch.tensor([r]), process_set=evens), torch.tensor(members))
+        _raises(c, "root outside the set", ValueError, "not a member",
+                lambda: hvd.broadcast(torch.ones(1), 1, process_set=evens) if n > 1 else
+                hvd.broadcast(torch.ones(1), 5, process_set=evens))
+    else:
+        _raises(c, "non-member", ValueError, "not a member",
+                lambda: hvd.allreduce(torch.ones(1), process_set=evens))
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0), named_parameters=[("w", w)], process_set=evens)
+    (w * (r + 1)).sum().backward()
+    opt.step()
+    exp = -sum(m + 1 for m in members) / len(members) if r in members else -(r + 1.0)
+    c.eq("optimizer on the set", w.detach(), torch.full((2,), exp))
+    hvd.barrier()  # a rank that shuts down ends the job for everybody (as Horovod): finish together
+    return {"failures": c.failures, "count": c.count}
+
+
 def body_all():
     """One launch per world size: the sections run one after another on the same engine; a section
     that raises is recorded with its traceback and the next one still runs."""
@@ -320,7 +357,8 @@ def body_all():
     import pyhorovod.torch as hvd
     out = {}
     for name, fn in [("errors", body_errors), ("allreduce", body_allreduce),
-                     ("gather_bcast_a2a_rs", body_gather_bcast_a2a_rs), ("autograd", body_autograd)]:
+                     ("gather_bcast_a2a_rs", body_gather_bcast_a2a_rs), ("autograd", body_autograd),
+                     ("process_sets", body_process_sets)]:
         try:
             out[name] = fn()
         except Exception:  # noqa: BLE001 -- reported by the matching test
@@ -354,7 +392,15 @@ def test_allgather_broadcast_alltoall_reducescatter(launched):
 
 
 def test_autograd_backward_of_each_op(launched):
-    _check(launched, "autograd", 13 + launched[0])
+    _check(launched, "autograd", 12 + launched[0])
+
+
+def test_process_sets(launched):
+    size, results = launched
+    if size == 1:
+        pytest.skip("a process set needs a proper subset of the ranks: world size >= 2")
+    _check(launched, "process_sets", 2)
+    assert max(res.value["process_sets"]["count"] for res in results) == 5
 
 
 def test_errors(launched):

@@ -164,7 +164,35 @@ def section_errors(hvd):
             with opt.skip_synchronize():
                 opt.step()
         res["skip_synchronize silent"] = "ok" if not caught else str(caught[0].message)
+        res["allreduce starts during backward"] = _overlap_check(hvd)
     return res
+
+
+def _overlap_check(hvd):
+    """The allreduce of a late layer's gradient must be in flight while backward still runs through an
+    earlier layer: a probe Function placed before the first layer looks at the optimizer's handles from
+    inside its backward (which autograd runs after the later layers' gradients are accumulated)."""
+    import torch
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen["in flight"] = sorted(k for k, (h, _) in opt._handles.items() if h is not None
+                                       for k in [opt._parameter_names[k]])
+            return g
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x = torch.ones(3, 4, requires_grad=True)
+    model(Probe.apply(x)).sum().backward()
+    opt.step()
+    return "ok" if {"0.weight", "2.weight", "2.bias"} <= set(seen.get("in flight", [])) else str(seen)
 
 
 def section_lr_scaling(hvd):
@@ -283,7 +311,7 @@ def test_errors_and_synchronize_rules(launched):
     size = launched[0]
     for rank, d in _sections(launched, "errors"):
         assert all(v == "ok" for v in d.values()), f"rank {rank}: {d}"
-        assert len(d) == (14 if size > 1 else 10)
+        assert len(d) == (15 if size > 1 else 10)
 
 
 def test_lr_scaling_and_warmup_applied_by_optimizer(launched):
@@ -306,3 +334,25 @@ def test_noise_scale_extension_point(launched):
         if size > 1:  # one worker with one micro-batch: the estimator gets no A_s (it cannot estimate)
             assert local_sq == pytest.approx(d["exp_local_sq"], rel=1e-6), d
             assert global_sq == pytest.approx(d["exp_global_sq"], rel=1e-12), d
+
+
+def test_fashion_mnist_example_trains_and_resumes(tmp_path):
+    """examples/fashion_mnist.py on 2 ranks, a small slice: one epoch, then a second launch that resumes
+    from the checkpoint at epoch 2 (as after a restart); loss and the scaled LR are checked."""
+    ckpt = str(tmp_path / "ckpt")
+    common = ["--limit", "2048", "--batch-size", "64", "--warmup-epochs", "0.5", "--checkpoint-dir", ckpt]
+    first = run_ranks("examples/fashion_mnist.py", 2, timeout=240,
+                      args=common + ["--epochs", "1", "--metrics-json", str(tmp_path / "m1.json")])
+    assert "starting at epoch 1" in first[0].stdout and "epoch 1/1:" in first[0].stdout, first[0].stdout
+    assert "epoch 1/1" not in first[1].stdout and "lr_scaling" not in first[1].stderr  # rank 0 only
+    second = run_ranks("examples/fashion_mnist.py", 2, timeout=240, env={"PYHOROVOD_RESTART_COUNT": "1"},
+                       args=common + ["--epochs", "2", "--metrics-json", str(tmp_path / "m2.json")])
+    assert "restart 1" in second[0].stdout and "starting at epoch 2" in second[0].stdout, second[0].stdout
+    m1 = json.loads((tmp_path / "m1.json").read_text())["history"]
+    m2 = json.loads((tmp_path / "m2.json").read_text())["history"]
+    assert [h["epoch"] for h in m1] == [1] and [h["epoch"] for h in m2] == [2]
+    # linear rule: 0.05 per 64 examples, global batch 2 x 64 = 128 -> 0.1 after the warmup
+    assert m1[0]["lr"] == pytest.approx(0.1) and m2[0]["lr"] == pytest.approx(0.1)
+    assert m2[0]["global_batch"] == 128
+    assert m2[0]["train_loss"] < m1[0]["train_loss"] < 2.3
+    assert m2[0]["test_acc"] > 0.3 and m2[0]["images_per_s"] > 0

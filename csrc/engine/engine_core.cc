@@ -68,6 +68,7 @@ Handle EngineCore::submit(const OpPtr& op) {
   op->seq = next_seq_++;
   if (op->desc.kind != static_cast<uint8_t>(OpType::JOIN)) in_flight_.emplace(op->desc.key(), op->handle);
   handles_.emplace(op->handle, op);
+  if (incoming_.empty()) incoming_since_ = Clock::now();
   incoming_.push_back(op);
   work_cv_.notify_one();
   return op->handle;
@@ -116,13 +117,28 @@ Result EngineCore::wait(Handle handle) {
   // guards against a stuck engine thread, so that no caller ever waits forever.
   Deadline limit = op->deadline + std::chrono::seconds(30) +
                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdown_bound_s(options_)));
+  // Fast path: rather than hand the request to the background thread and sleep until it is done (two
+  // thread wake-ups per request), the caller runs the rounds itself while its request is pending, when
+  // the round token is free; whoever holds the token wakes the waiting callers after each round.
+  ++callers_waiting_;
   while (!op->done) {
-    if (done_cv_.wait_until(lock, limit) == std::cv_status::timeout && !op->done) {
+    bool can_progress = !all_waiting_ || Clock::now() >= next_cycle_;
+    if (!stopped_ && !stop_requested_ && can_progress && round_mu_.try_lock()) {
+      lock.unlock();
+      run_round();
+      release_token();
+      lock.lock();
+      continue;
+    }
+    Deadline until = (stopped_ || can_progress) ? limit : std::min(limit, next_cycle_);
+    if (done_cv_.wait_until(lock, until) == std::cv_status::timeout && !op->done && Clock::now() >= limit) {
+      --callers_waiting_;
       handles_.erase(handle);
       throw HvdError(ErrorKind::TIMEOUT, "rank " + std::to_string(rank_) + ": " + op->label() +
                                              " was not resolved by the engine well after its deadline");
     }
   }
+  --callers_waiting_;
   handles_.erase(handle);
   if (op->failed) throw HvdError(op->error_kind, op->error);
   return std::move(op->result);

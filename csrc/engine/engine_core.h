@@ -1,12 +1,15 @@
 // The engine over an already connected Transport: what phv::Engine runs on top of a TcpBackend, and what
 // the C++ tests run with an in-memory transport (threads as ranks).
 //
-// Threads: callers enqueue/poll/wait; one background thread runs rounds. A round = build this rank's
-// RankMessage, one gather + broadcast with the coordinator (global rank 0), execute the agreed list.
-// Pacing: the thread starts a round at once when something was enqueued, or when it has requests the
-// other ranks have not all submitted yet and the last round did not say "all waiting" (it then blocks in
-// the transport until the others' next round, so no sleep ever delays a ready request); otherwise it
-// sleeps until an enqueue or cycle_time_ms after the last round began.
+// Threads: callers enqueue/poll/wait; rounds are run by whoever holds the round token. A round = build
+// this rank's RankMessage, one gather + broadcast with the coordinator (global rank 0), execute the
+// agreed list. The background thread starts a round at once when something was enqueued, or when this
+// rank has requests the others have not all submitted yet and the last round did not say "all waiting"
+// (it then blocks in the transport until the others' next round, so no sleep ever delays a ready
+// request); otherwise it sleeps until an enqueue or cycle_time_ms after the last round began. A caller
+// of wait() whose request is pending takes the token itself when it is free and runs the rounds on its
+// own thread: a synchronous request then costs no thread hand-off at all (the lone small allreduce's
+// fast path; see also inline_reduce.h).
 //
 // Failures: a mismatch or timeout fails only its request (on every rank). A transport failure leaves the
 // byte streams in an unknown state, so the engine stops: the failed requests get the error with our rank,
@@ -58,7 +61,9 @@ class EngineCore {
 
   Handle submit(const OpPtr& op);  // under no lock; checks duplicates and the stopped state
   void loop();
-  bool wait_for_work();            // false: stop
+  bool background_due() const;     // under mu_: should the background thread run a round now?
+  void run_round();                // holding round_mu_: one negotiation round and its execution
+  void release_token();            // unlocks round_mu_ and wakes the callers that may want it
   void take_incoming();
   void build_message(Deadline& round_deadline);
   void exchange(Deadline deadline);
@@ -81,6 +86,7 @@ class EngineCore {
   std::condition_variable work_cv_;  // engine thread waits for enqueues
   std::condition_variable done_cv_;  // callers wait for completions
   std::vector<OpPtr> incoming_;
+  Clock::time_point incoming_since_;  // when incoming_ last became non-empty
   std::unordered_map<Handle, OpPtr> handles_;
   std::unordered_map<Key, Handle, KeyHash> in_flight_;  // duplicate-name check
   Handle next_handle_ = 1;
@@ -90,13 +96,19 @@ class EngineCore {
   bool join_in_flight_ = false;
   bool stop_requested_ = false;
   bool stopped_ = false;
-  ErrorKind stop_kind_ = ErrorKind::SHUTDOWN;
   std::string stop_reason_;
   bool thread_exited_ = false;
   std::condition_variable exit_cv_;
+  bool all_waiting_ = false;       // the last round said nobody can progress without an enqueue
+  bool waiting_ = false;           // this rank reported requests that have not run yet
+  int callers_waiting_ = 0;        // callers blocked in wait(): they run rounds themselves when they can
+  Clock::time_point next_cycle_;
 
-  // Engine thread only.
-  ProcessSetRegistry sets_;
+  // The round token: whoever holds it (the background thread, or a caller of wait() whose request is
+  // pending) runs rounds; everything below is touched only by the holder.
+  std::mutex round_mu_;
+
+  ProcessSetRegistry sets_;  // has its own lock (read by callers, changed by the round token holder)
   ResponseCache cache_;
   Timeline timeline_;
   Executor executor_;
@@ -105,15 +117,12 @@ class EngineCore {
   std::unordered_map<int64_t, std::vector<OpPtr>> groups_;
   OpPtr join_op_;
   std::vector<OpPtr> taken_;
-  bool all_waiting_ = false;       // the last round said nobody can progress without an enqueue
-  bool waiting_ = false;           // this rank reported requests that have not run yet
   bool stop_req_seen_ = false;     // stop_requested_ as of this round
   bool stop_after_round_ = false;
   uint64_t round_ = 0;
   struct {
-    uint64_t rounds = 0, cached = 0, full = 0, errors = 0, units = 0, fused = 0;
+    uint64_t rounds = 0, cached = 0, full = 0, errors = 0, units = 0, fused = 0, inlined = 0;
   } stats_;  // logged at INFO when the thread stops (tests check fusion and cache hits with it)
-  Clock::time_point next_cycle_;
   RankMessage msg_;
   std::vector<RankMessage> msgs_;            // coordinator: every rank's message
   std::vector<std::vector<uint8_t>> slots_;  // coordinator: receive buffers per rank

@@ -46,8 +46,7 @@ void Executor::spans(const std::vector<UnitEntry>& unit, const std::string& name
 void Executor::run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline) {
   const Desc& d = *unit.front().agreed;
   if (d.device >= 0) {
-    // The coordinator refuses CUDA requests in builds without the GPU backend; GPU builds route them
-    // through the GPU backend, which is not wired into this engine yet.
+    // Never reached: the coordinator answers CUDA requests with a per-request error (negotiation.cc).
     throw_error(ErrorKind::INVALID_ARGUMENT, "CUDA tensors are not supported by the engine in this build");
   }
   std::string op_span = span_name("", d.kind);

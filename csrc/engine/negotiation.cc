@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "engine/inline_reduce.h"
 
 namespace phv {
 
@@ -183,6 +184,9 @@ void Coordinator::take_bits(const std::vector<RankMessage>& msgs, Clock::time_po
           ResponseItem& item = out.add();
           item.type = ItemType::CACHED;
           item.pos = pos;
+          if (inline_eligible(d) && reduce_inline(msgs, pos, d, members, joined_, item.data)) {
+            item.type = ItemType::INLINE;
+          }
         }
         continue;
       }
@@ -340,9 +344,12 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
             " have joined: only allreduce supports join";
     }
   }
-  if (msg.empty() && a.device >= 0 && !gpu_built_) {
+  if (msg.empty() && a.device >= 0) {
+    // Refused per request (the engine keeps working): builds without NCCL cannot run CUDA tensors, and
+    // the GPU backend (backends/gpu_backend.h) is not dispatched from the engine yet.
     kind = ErrorKind::INVALID_ARGUMENT;
-    msg = "CUDA tensors need the GPU backend (NCCL), and pyhorovod was built without it";
+    msg = gpu_built_ ? "CUDA tensors are not supported by the engine yet (the GPU backend is not wired in)"
+                     : "CUDA tensors need the GPU backend (NCCL), and pyhorovod was built without it";
   }
   if (!msg.empty()) {
     add_error(out, key, a.kind, kind, msg);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "common/error.h"
@@ -122,6 +123,18 @@ int main() {
       } catch (const HvdError&) {
       }
       if (variant == 1) ::shutdown(fd.get(), SHUT_WR);
+    }
+    // A bounded fuzz loop: random lengths of random bytes, sometimes a valid-looking magic first.
+    std::mt19937 rng(12345);
+    for (int i = 0; i < 100; ++i) {
+      Fd fd = connect_tcp("127.0.0.1", server.port(), deadline_after(2));
+      std::string junk(rng() % 300, '\0');
+      for (auto& ch : junk) ch = static_cast<char>(rng());
+      if (i % 3 == 0 && junk.size() >= 4) std::memcpy(&junk[0], "HVHP", 4);
+      try {
+        send_all(fd.get(), junk.data(), junk.size(), deadline_after(2), "server");
+      } catch (const HvdError&) {
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     CHECK(server.rejected_connections() >= rejected_before + 2);

@@ -1,6 +1,9 @@
 #include "transport/shm_transport.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -45,6 +48,22 @@ void copy_out(const char* ring, uint64_t pos, char* dst, size_t len) {
   size_t off = pos & kMask, first = std::min(len, kShmRingBytes - off);
   std::memcpy(dst, ring + off, first);
   if (len > first) std::memcpy(dst + first, ring, len - first);
+}
+
+// Names are /phv-<creator pid>-<random>-<lower rank>-<higher rank>. The creator unlinks its name as soon
+// as the peer has mapped it (or on any error), so a name outlives set-up only if the creator was killed
+// inside that window; such names are removed by the next set-up on this host (the name only: live
+// mappings stay valid, and a peer that has not opened it yet falls back to TCP).
+void remove_stale_names() {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, "phv-", 4) != 0) continue;
+    long pid = std::strtol(e->d_name + 4, nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      shm_unlink((std::string("/") + e->d_name).c_str());
+  }
+  closedir(dir);
 }
 
 void* map_fd(int fd) {
@@ -163,52 +182,65 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
   // Phase 3: the lower rank of each same-host pair creates the mapping and sends its name ("" = failed).
   std::vector<std::string> names(size);
   std::vector<void*> maps(size, nullptr);
-  for (int p = rank + 1; p < size; ++p) {
-    if (!same[p]) continue;
-    uint8_t rnd[12];
-    random_bytes(rnd, sizeof(rnd));
-    std::string name = "/phv-" + to_hex(rnd, sizeof(rnd)) + "-" + std::to_string(rank) + "-" + std::to_string(p);
-    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      if (ftruncate(fd, kMapBytes) == 0) maps[p] = map_fd(fd);
-      ::close(fd);
-      if (maps[p]) names[p] = name;
-      else shm_unlink(name.c_str());
-    }
-    if (names[p].empty()) log(LogLevel::WARNING, "rank ", rank, ": shared memory with ", who(p), " unavailable (",
-                              errno_text(errno), "); using TCP");
-    char msg[kNameBytes] = {0};
-    std::memcpy(msg, names[p].data(), names[p].size());
-    send_all(fds[p], msg, sizeof(msg), deadline, who(p));
-  }
-  // Phase 4: the higher rank maps it and acknowledges (1) or declines (0).
-  for (int p = 0; p < rank; ++p) {
-    if (!same[p]) continue;
-    char msg[kNameBytes];
-    recv_all(fds[p], msg, sizeof(msg), deadline, who(p));
-    msg[kNameBytes - 1] = 0;
-    std::string name(msg);
-    uint8_t ack = 0;
-    if (!name.empty() && name.rfind("/phv-", 0) == 0) {
-      int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-      struct stat st {};
-      if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == kMapBytes) maps[p] = map_fd(fd);
-      if (fd >= 0) ::close(fd);
-      if (maps[p]) {
-        links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, false);
-        ack = 1;
+  if (enable) remove_stale_names();
+  try {
+    for (int p = rank + 1; p < size; ++p) {
+      if (!same[p]) continue;
+      uint8_t rnd[12];
+      random_bytes(rnd, sizeof(rnd));
+      std::string name = "/phv-" + std::to_string(getpid()) + "-" + to_hex(rnd, sizeof(rnd)) + "-" +
+                         std::to_string(rank) + "-" + std::to_string(p);
+      int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        if (ftruncate(fd, kMapBytes) == 0) maps[p] = map_fd(fd);
+        ::close(fd);
+        if (maps[p]) names[p] = name;
+        else shm_unlink(name.c_str());
       }
+      if (names[p].empty()) log(LogLevel::WARNING, "rank ", rank, ": shared memory with ", who(p), " unavailable (",
+                                errno_text(errno), "); using TCP");
+      char msg[kNameBytes] = {0};
+      std::memcpy(msg, names[p].data(), names[p].size());
+      send_all(fds[p], msg, sizeof(msg), deadline, who(p));
     }
-    send_all(fds[p], &ack, 1, deadline, who(p));
-  }
-  // Phase 5: the creator unlinks the name (both sides hold the mapping now) and keeps the link if acked.
-  for (int p = rank + 1; p < size; ++p) {
-    if (!same[p]) continue;
-    uint8_t ack = 0;
-    recv_all(fds[p], &ack, 1, deadline, who(p));
-    if (!names[p].empty()) shm_unlink(names[p].c_str());
-    if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, true);
-    else if (maps[p]) munmap(maps[p], kMapBytes);
+    // Phase 4: the higher rank maps it and acknowledges (1) or declines (0).
+    for (int p = 0; p < rank; ++p) {
+      if (!same[p]) continue;
+      char msg[kNameBytes];
+      recv_all(fds[p], msg, sizeof(msg), deadline, who(p));
+      msg[kNameBytes - 1] = 0;
+      std::string name(msg);
+      uint8_t ack = 0;
+      if (!name.empty() && name.rfind("/phv-", 0) == 0) {
+        int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+        struct stat st {};
+        if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == kMapBytes) maps[p] = map_fd(fd);
+        if (fd >= 0) ::close(fd);
+        if (maps[p]) {
+          links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, false);
+          ack = 1;
+        }
+      }
+      send_all(fds[p], &ack, 1, deadline, who(p));
+    }
+    // Phase 5: the creator unlinks the name (both sides hold the mapping now) and keeps the link if acked.
+    for (int p = rank + 1; p < size; ++p) {
+      if (!same[p]) continue;
+      uint8_t ack = 0;
+      recv_all(fds[p], &ack, 1, deadline, who(p));
+      if (!names[p].empty()) shm_unlink(names[p].c_str());
+      names[p].clear();
+      if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, true);
+      else if (maps[p]) munmap(maps[p], kMapBytes);
+      maps[p] = nullptr;
+    }
+  } catch (...) {
+    // A peer died or timed out mid-way: leave no name behind and no mapping that no link owns.
+    for (int p = 0; p < size; ++p) {
+      if (!names[p].empty()) shm_unlink(names[p].c_str());
+      if (maps[p] && !links[p]) munmap(maps[p], kMapBytes);
+    }
+    throw;
   }
   return links;
 }

@@ -23,7 +23,8 @@ struct MeshOptions {
   double connect_timeout_s = 60;
   int socket_buffer_bytes = kDefaultSocketBufferBytes;
   bool shm_enable = false;  // TcpTransport: shared-memory rings for peers on this host (shm_transport.h)
-  int shm_spin_us = 20;     // TcpTransport: how long to poll the rings before sleeping in poll()
+  int shm_spin_us = -1;     // TcpTransport: how long to poll the rings before sleeping in poll();
+                            // -1: 20 us when the ranks sharing memory fit on our CPUs, else 0
   bool shm_yield = true;    // TcpTransport: sched_yield() while spinning (ranks may share a core)
 };
 

@@ -44,7 +44,18 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
       addrs[p] = peers_[p].addr;
     }
     auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable, deadline_after(options.connect_timeout_s));
-    for (int p = 0; p < size_; ++p) peers_[p].shm = std::move(links[p]);
+    int local = 1;
+    for (int p = 0; p < size_; ++p) {
+      peers_[p].shm = std::move(links[p]);
+      local += peers_[p].shm ? 1 : 0;
+    }
+    // Spinning helps only if the peer is running at the same time: with more local ranks than CPUs
+    // (4 ranks on 2 cores) a spinning rank steals the core its peer needs, so sleep at once.
+    if (spin_us_ < 0) {
+      cpu_set_t cpus;
+      int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+      spin_us_ = local <= ncpu ? 20 : 0;
+    }
   }
 }
 
@@ -263,81 +274,6 @@ bool TcpTransport::recv_some(int peer) {
     if (static_cast<size_t>(r) < total) return true;
   }
   return false;
-}
-
-void TcpTransport::ring_doorbell(int peer) {
-  char b = 1;
-  ssize_t n = ::send(peers_[peer].fd.get(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-  // EAGAIN: earlier doorbells are still unread, so the peer will wake anyway.
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
-}
-
-void TcpTransport::drain_doorbell(int peer) {
-  char buf[256];
-  Peer& p = peers_[peer];
-  for (;;) {
-    ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
-    if (n > 0) continue;
-    if (n == 0) {
-      // A send into a ring completes before the peer reads it, so a peer may finish and exit while its
-      // last messages still wait in our ring: drain them first; fail only if more is expected.
-      if (!p.recvs.empty()) recv_some(peer);
-      if (!p.sends.empty() || !p.recvs.empty())
-        fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
-                                       (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
-                                                        : op_text(peer, p.recvs.front(), false)));
-      p.closed = true;
-      return;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
-  }
-}
-
-bool TcpTransport::spin_shm() {
-  // Long enough to catch a peer that is a few microseconds behind, short enough that ranks sharing a
-  // core do not steal much from each other before sleeping in poll(); yielding lets a peer that shares
-  // our core run meanwhile.
-  if (spin_us_ <= 0) return false;
-  Clock::time_point until = Clock::now() + std::chrono::microseconds(spin_us_);
-  bool any = false;
-  do {
-    any = false;
-    for (int peer = 0; peer < size_; ++peer) {
-      Peer& p = peers_[peer];
-      if (!p.shm) continue;
-      if (!p.sends.empty()) {
-        any = true;
-        if (p.shm->can_write()) send_some(peer);
-      }
-      if (!p.recvs.empty()) {
-        any = true;
-        if (p.shm->can_read()) recv_some(peer);
-      }
-    }
-    if (!done_.empty()) return true;
-    if (spin_yield_) {
-      sched_yield();
-    } else {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    }
-  } while (any && Clock::now() < until);
-  return false;
-}
-
-bool TcpTransport::prepare_shm_sleep() {
-  for (int peer = 0; peer < size_; ++peer) {
-    Peer& p = peers_[peer];
-    if (!p.shm || (p.sends.empty() && p.recvs.empty())) continue;
-    p.sleeping = true;
-    if ((!p.recvs.empty() && !p.shm->sleep_until_readable()) || (!p.sends.empty() && !p.shm->sleep_until_writable()))
-      return false;
-  }
-  return true;
 }
 
 void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {

@@ -137,7 +137,8 @@ class Advisor:
         return len(self._compute) >= 2 or self.compute_overhead_s is not None
 
     def _candidates(self):
-        accs = sorted({2 ** j for j in range(int(math.log2(self.max_accumulation)) + 1)} | {self.accumulation})
+        powers = {2 ** j for j in range(int(math.log2(self.max_accumulation)) + 1)}
+        accs = sorted(powers | {self.accumulation})
         if not self._extrapolates():
             return [(self.local_batch, a) for a in accs]
         b = self.min_local_batch

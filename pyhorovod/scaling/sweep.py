@@ -139,15 +139,17 @@ def sweep(trials, batch_sizes, targets, n_trials=8, n_train=60000, max_epochs=6.
                 edge = abs(math.log10(best["hparams"]["lr_eff"] / (lr_center * math.sqrt(b / 128.0))))
                 r["best_at_edge"] = edge > 0.8 * lr_width
             per_batch[str(b)] = r
+            secs = sum(x["seconds"] for x in r["trials"])
             log(f"[sweep] {name} B={b}: steps " + ", ".join(
-                f"{t}->{r['steps'][str(t)]}" for t in targets) + f" ({sum(x['seconds'] for x in r['trials']):.1f}s)")
+                f"{t}->{r['steps'][str(t)]}" for t in targets) + f" ({secs:.1f}s)")
         fits = {str(t): fit_steps(batch_sizes, [per_batch[str(b)]["steps"][str(t)] for b in batch_sizes])
                 for t in targets}
         series = {"kind": kind, "per_batch": per_batch, "fits": fits}
         mb = measure_batch or _nearest(batch_sizes, (fits[str(targets[-1])] or {}).get("b_crit"))
         best = _best_trial(per_batch[str(mb)], targets[-1]) or _best_trial(per_batch[str(mb)], targets[0])
         if best is not None and _accepts_measure(trial):
-            series["measure"] = measure_run(trial, mb, best["hparams"], targets, per_batch[str(mb)]["max_steps"])
+            series["measure"] = measure_run(trial, mb, best["hparams"], targets,
+                                            per_batch[str(mb)]["max_steps"])
         series["seconds"] = round(time.perf_counter() - t_series, 1)
         for t in targets:
             f, bs = fits[str(t)], series.get("measure", {}).get("b_simple_at_target", {}).get(str(t))

@@ -56,7 +56,7 @@ def plot_sweep(res, path):
     ax.set_xlabel("batch size")
     ax.set_ylabel(f"steps to validation {res.get('metric', 'loss')} <= {main_t}")
     ax.set_title("steps-to-result, LR (+momentum, decay) tuned per batch size")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="lower left")
     ax.grid(True, which="both", alpha=0.3)
 
     s = res["series"][main]

@@ -17,7 +17,7 @@ from pyhorovod import (
     add_process_set, build_info, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
     gloo_enabled, global_process_set, init, is_homogeneous, is_initialized, local_rank, local_size,
     mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set, rocm_built,
-    shutdown, size, start_timeline, stop_timeline)
+    shutdown, size, start_timeline, stop_timeline, tcp_built)
 from pyhorovod.scaling.lr import LinearWarmup, scale_factor, scaled_lr
 from pyhorovod.torch.autograd import (
     allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, grouped_reducescatter,
@@ -32,11 +32,6 @@ from pyhorovod.torch.ops import (
     sparse_allreduce_async, synchronize)
 from pyhorovod.torch.optimizer import DistributedOptimizer
 from pyhorovod.torch.sync_batch_norm import SyncBatchNorm
-
-
-def tcp_built():
-    """pyhorovod's own CPU transport (TCP + shared memory) is always built."""
-    return True
 
 
 __all__ = [

@@ -30,6 +30,7 @@ part the time from the submission of the step's last gradient to the end of sync
 import os
 import time
 
+import numpy as np
 import torch
 
 from pyhorovod import _api, basics
@@ -49,16 +50,18 @@ class NoiseScaleTap:
         self._group_of = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
         ngroups = max(1, len(groups))
         log_every = int(os.environ.get("PYHOROVOD_NOISE_SCALE_LOG_EVERY", "100"))
+        log_fn = (lambda line: print(line, flush=True)) if basics.rank() == 0 else None
         self.estimator = NoiseScaleEstimator.for_config(
             int(batch_size), int(workers), int(backward_passes_per_step), groups=ngroups,
-            log_every=log_every, log_fn=(lambda line: print(line, flush=True)) if basics.rank() == 0 else None)
+            log_every=log_every, log_fn=log_fn)
         self.b_small, self.b_big = self.estimator.b_small, self.estimator.b_big
         self.micro = self.estimator.mode == "micro_batches"
         self.passes = int(backward_passes_per_step)
         self.workers = int(workers)
         self.op = op
         self.process_set = process_set
-        self._local = torch.zeros(ngroups, dtype=torch.float64)
+        self._ngroups = ngroups
+        self._local = None       # per group sum of |grad|^2: floats (CPU), a float64 tensor (GPU: no sync)
         self._micro_sq = torch.zeros(self.passes, ngroups, dtype=torch.float64)
         self._prev = {}          # micro mode: parameter -> (passes seen this step, previous accumulated grad)
         self._handle = None
@@ -70,11 +73,28 @@ class NoiseScaleTap:
         return self._group_of.get(id(param), 0) if param is not None else 0
 
     @staticmethod
-    def _sq(grad):
-        g = grad.detach()
-        if g.is_sparse:
-            g = g.coalesce().values()
-        return g.double().pow(2).sum()
+    def _norm(grad):
+        """|grad| as a 0-dim tensor on grad's device, accumulated in at least float32: one kernel call,
+        the least this can cost in a hook that delays the gradient's allreduce."""
+        g = grad.coalesce().values() if grad.is_sparse else grad
+        return torch.linalg.vector_norm(g, dtype=torch.float64 if g.dtype == torch.float64 else torch.float32)
+
+    @classmethod
+    def _sq_sums(cls, grads, groups, ngroups):
+        """Per group sums of |g|^2 (Python floats); dense gradients in one _foreach_norm call."""
+        out = [0.0] * ngroups
+        dense = [i for i, g in enumerate(grads)
+                 if not g.is_sparse and g.dtype in (torch.float32, torch.float64)]
+        norms = {}
+        if dense:
+            try:
+                norms = dict(zip(dense, torch.stack(torch._foreach_norm([grads[i] for i in dense])).tolist()))
+            except (RuntimeError, TypeError, AttributeError):   # mixed devices/dtypes: one at a time
+                norms = {}
+        for i, g in enumerate(grads):
+            n = norms[i] if i in norms else float(cls._norm(g))
+            out[groups[i]] += n * n
+        return out
 
     def on_pass(self, param):
         """Micro mode: called from the parameter's hook after every backward pass (p.grad = S_j)."""
@@ -90,15 +110,25 @@ class NoiseScaleTap:
 
     def accumulate(self, grad, param=None):
         """Adds |grad|^2 of one parameter (called as its allreduce starts)."""
-        self._local[self._group(param)] += self._sq(grad)
+        norm = self._norm(grad)
+        if self._local is None:
+            self._local = ([0.0] * self._ngroups if norm.device.type == "cpu" else
+                           torch.zeros(self._ngroups, dtype=torch.float64, device=norm.device))
+        if isinstance(self._local, list):
+            self._local[self._group(param)] += float(norm) ** 2
+        else:
+            self._local[self._group(param)] += norm.double() ** 2
 
     def start(self):
         """Submits the allreduce of local |g_k|^2 (once per step, after the last gradient)."""
         if self._handle is not None or self.micro:
             return
         self._started_at = time.perf_counter()
-        buf = self._local.to(torch.float32)
-        self._handle = ops.allreduce_async_(buf, name=f"noise_scale.local_sq.{self._step}", op=_api.Average,
+        local = [0.0] * self._ngroups if self._local is None else self._local
+        buf = (torch.tensor(local, dtype=torch.float32) if isinstance(local, list)
+               else local.to(torch.float32))
+        # One fixed name: steady state then hits the engine's response cache like the gradients do.
+        self._handle = ops.allreduce_async_(buf, name="noise_scale.local_sq", op=_api.Average,
                                             process_set=self.process_set)
 
     @property
@@ -115,13 +145,12 @@ class NoiseScaleTap:
         else:
             if self._handle is None:
                 self.start()
-            a_s = ops.synchronize(self._handle).double().numpy()
+            a_s = ops.synchronize(self._handle).double().cpu().numpy()
             self._handle = None
-        self._local.zero_()
+        self._local = None
         self._step += 1
-        a_b = torch.zeros_like(self._local)
-        for i, g in enumerate(reduced_grads):
-            a_b[self._group(params[i] if params is not None else None)] += self._sq(g)
+        groups = [self._group(params[i] if params is not None else None) for i in range(len(reduced_grads))]
+        a_b = np.array(self._sq_sums(reduced_grads, groups, self._ngroups))
         if self.op == _api.Sum:      # the reduced gradient is a sum over workers: G is its mean
             a_b /= self.workers ** 2
         if self.micro:               # S_m sums the m micro-batch gradients: their mean is S_m / m
@@ -131,7 +160,7 @@ class NoiseScaleTap:
             sync = 0.0 if self._started_at is None else min(now - self._started_at, now - self._last_finish)
             self.estimator.record_step_time(now - self._last_finish, sync)
         self._last_finish, self._started_at = now, None
-        self.estimator.update(a_s, a_b.numpy(), lr)
+        self.estimator.update(a_s, a_b, lr)
 
     def report(self):
         return None if self.estimator.calls == 0 else self.estimator.report()

@@ -153,7 +153,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
             assert self._allreduce_delay[p] > 0
-            if self._noise_tap is not None:
+            if self._noise_tap is not None and self._noise_tap.micro:
                 self._noise_tap.on_pass(p)  # one worker: per-micro-batch norms (noise_tap.py)
             handle, ctx = None, None
             self._allreduce_delay[p] -= 1

@@ -1,0 +1,275 @@
+"""Paired A/B timing of allreduce candidates inside ONE set of processes (a development tool of issue 6).
+
+    python benchmarks/perf_interleave.py --np 2 --sizes 4,1M,64M --cands "core core-tcp mpi gloo"
+    python benchmarks/perf_interleave.py --np 4 --sizes 64M --cands "core-tcp mpi" --mpi-tcp  # MPI over TCP
+    python benchmarks/perf_interleave.py --np 2 --sizes 64M --cands "core core:seg=256K core:seg=1M,win=2"
+
+Why: this machine flips between fast and slow states every few seconds (shared/anchors.md), and other
+jobs share its two cores. benchmarks/collectives.py interleaves whole launches; this script goes further:
+mpirun starts N processes once, each process opens every candidate side by side (our raw core with
+different options, mpi4py's COMM_WORLD, a torch gloo group), and the candidates take turns batch by
+batch (A B C A B C ...). A state flip then hits every candidate alike, and the paired per-batch ratio
+survives it. Per batch we record the slowest rank's wall time per call and the CPU time (user+sys,
+getrusage) per call of every rank, which does not depend on how the load shares the cores.
+
+Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo.
+A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
+small=BYTES (small-message threshold), spin=US, yield=0|1, alg=ring|small, e.g. core-tcp:seg=1048576,win=2.
+"""
+import argparse
+import json
+import os
+import resource
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TIMEOUT_S = 120.0
+
+
+def parse_size(text):
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    num = t.rstrip("KMG")
+    return int(num) * units[t[len(num):]]
+
+
+def fmt_size(n):
+    for u, d in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= d and n % d == 0:
+            return f"{n // d}{u}"
+    return f"{n}B"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# ------------------------------------------------------------------------------------------ worker side
+
+class Core:
+    def __init__(self, name, rank, size, port, secret, prefix):
+        from pyhorovod import _core
+        self.c = _core
+        base, _, opts = name.partition(":")
+        o = _core.ConnectOptions()
+        o.rank, o.size, o.local_rank, o.local_size = rank, size, rank, size
+        o.store_host, o.store_port, o.secret = "127.0.0.1", port, secret
+        o.bind_host, o.store_prefix, o.connect_timeout_s = "127.0.0.1", prefix, 60.0
+        o.shm_enable = base == "core"
+        t = _core.Tuning()
+        self.alg = "auto"
+        for kv in filter(None, opts.split(",")):
+            k, v = kv.split("=")
+            if k == "seg":
+                t.segment_bytes = parse_size(v)
+            elif k == "win":
+                t.max_segments_in_flight = int(v)
+            elif k == "small":
+                t.small_threshold_bytes = parse_size(v)
+            elif k == "spin":
+                o.shm_spin_us = int(v)
+            elif k == "yield":
+                o.shm_spin_yield = v != "0"
+            elif k == "alg":
+                self.alg = v
+            else:
+                raise ValueError(f"unknown core option {k!r}")
+        o.tuning = t
+        self.comm = _core.Communicator(o)
+
+    def allreduce(self, a):
+        self.comm.allreduce(a, self.c.FLOAT32, self.c.SUM, TIMEOUT_S, self.alg)
+
+    def barrier(self):
+        self.comm.barrier(TIMEOUT_S)
+
+
+class Mpi:
+    def __init__(self):
+        from mpi4py import MPI
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+
+    def allreduce(self, a):
+        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+
+class Gloo:
+    def __init__(self, rank, size, port):
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(1)
+        self.torch, self.dist = torch, dist
+        store = dist.TCPStore("127.0.0.1", port, size, rank == 0, timeout=__import__("datetime").timedelta(seconds=60))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+        self.views = {}
+
+    def allreduce(self, a):
+        t = self.views.get(id(a))
+        if t is None:
+            t = self.views[id(a)] = self.torch.from_numpy(a)
+        self.dist.all_reduce(t)
+
+    def barrier(self):
+        self.dist.barrier()
+
+
+def worker(args):
+    import numpy as np
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    port, gport = int(os.environ["PERF_PORT"]), int(os.environ["PERF_GLOO_PORT"])
+    secret = bytes.fromhex(os.environ["PERF_SECRET"])
+    from pyhorovod import _core
+    server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
+    world.Barrier()
+    cands = args.cands.split()
+    objs = {}
+    for i, c in enumerate(cands):
+        if c.startswith("core"):
+            objs[c] = Core(c, rank, size, port, secret, f"p{i}")
+        elif c == "mpi":
+            objs[c] = Mpi()
+        elif c == "gloo":
+            objs[c] = Gloo(rank, size, gport)
+        else:
+            raise ValueError(c)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    recs = []
+    for nbytes in sizes:
+        count = max(1, nbytes // 4)
+        base = (np.arange(count) % 7 + 1).astype(np.float32)
+        bufs = {}
+        for c, o in objs.items():  # correctness first (exact sums of small integers)
+            a = base * (rank + 1)
+            o.allreduce(a)
+            bad = int(np.count_nonzero(a != base * (size * (size + 1) // 2)))
+            if bad:
+                raise SystemExit(f"rank {rank}: {c} {nbytes} B: {bad} wrong elements")
+            a[:] = 0
+            bufs[c] = a
+            for _ in range(args.warmup):
+                o.allreduce(a)
+        iters = int(min(args.max_iters, max(args.min_iters, args.iter_bytes // (count * 4))))
+        for rnd in range(args.rounds):
+            order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
+            for c in order:
+                o, a = objs[c], bufs[c]
+                o.barrier()
+                c0, t0 = cpu_s(), time.perf_counter()
+                for _ in range(iters):
+                    o.allreduce(a)
+                t1, c1 = time.perf_counter(), cpu_s()
+                recs.append((c, nbytes, rnd, (t1 - t0) / iters, (c1 - c0) / iters))
+        for c in cands:
+            if np.count_nonzero(bufs[c]):
+                raise SystemExit(f"rank {rank}: {c} {nbytes} B: zeros did not stay zero")
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    allr = world.gather((recs, peak_kb), root=0)
+    for o in objs.values():
+        o.barrier()
+    for o in objs.values():
+        if isinstance(o, Core):
+            o.comm.close()
+    if rank == 0:
+        print("@@PERF " + json.dumps(allr), flush=True)
+        server.close()
+
+
+# ------------------------------------------------------------------------------------------ driver side
+
+def report(allr, n, label):
+    # key (cand, bytes, round) -> max wall over ranks, mean cpu over ranks
+    by = {}
+    for recs, _ in allr:
+        for c, b, r, wall, cpu in recs:
+            d = by.setdefault((c, b, r), [[], []])
+            d[0].append(wall)
+            d[1].append(cpu)
+    cands, sizes = [], []
+    for (c, b, _r) in by:
+        if c not in cands:
+            cands.append(c)
+        if b not in sizes:
+            sizes.append(b)
+    sizes.sort()
+    print(f"\n# allreduce float32, n={n} {label}: median over rounds of (slowest rank wall per call);"
+          f" cpu = mean over ranks of user+sys per call; ratio = median over rounds of wall(cand)/wall({cands[0]})")
+    hdr = f"{'size':>6} {'cand':28s} {'wall(us)':>10} {'busbw(GB/s)':>11} {'cpu(us)':>10} {'ratio':>7} {'min..max(us)':>18}"
+    print(hdr)
+    out = []
+    for b in sizes:
+        rounds = sorted({r for (c, bb, r) in by if bb == b})
+        ref = {r: max(by[(cands[0], b, r)][0]) for r in rounds if (cands[0], b, r) in by}
+        for c in cands:
+            walls = {r: max(by[(c, b, r)][0]) for r in rounds if (c, b, r) in by}
+            cpus = [statistics.fmean(by[(c, b, r)][1]) for r in rounds if (c, b, r) in by]
+            w = statistics.median(walls.values())
+            ratio = statistics.median(walls[r] / ref[r] for r in walls if r in ref)
+            busbw = b / w / 1e9 * 2 * (n - 1) / n
+            print(f"{fmt_size(b):>6} {c:28s} {w * 1e6:10.1f} {busbw:11.3f} {statistics.median(cpus) * 1e6:10.1f}"
+                  f" {ratio:7.3f} {min(walls.values()) * 1e6:8.0f}..{max(walls.values()) * 1e6:<8.0f}")
+            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus),
+                        "ratio_to_first": ratio, "rounds": len(walls)})
+    print("peak RSS per rank (MiB): " + ", ".join(f"{kb / 1024:.0f}" for _, kb in allr))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("--sizes", default="4,1M,64M")
+    p.add_argument("--cands", default="core core-tcp mpi gloo", help="space-separated (quote the list)")
+    p.add_argument("--mpi-tcp", action="store_true", help="Open MPI over TCP only (pml ob1, btl self,tcp)")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iter-bytes", type=parse_size, default=parse_size("256M"))
+    p.add_argument("--min-iters", type=int, default=3)
+    p.add_argument("--max-iters", type=int, default=2000)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--json", default="")
+    p.add_argument("--worker", action="store_true")
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    env = dict(os.environ, PERF_PORT=str(free_port()), PERF_GLOO_PORT=str(free_port()),
+               PERF_SECRET=secrets.token_hex(16))
+    env["PYTHONPATH"] = ROOT + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(args.np)]
+    if args.mpi_tcp:
+        argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
+    argv += [sys.executable, os.path.abspath(__file__), "--worker"] + [a for a in sys.argv[1:] if a != "--mpi-tcp"]
+    if "--cands" not in sys.argv:
+        argv += ["--cands", args.cands]
+    t0 = time.time()
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("@@PERF ")]
+    if r.returncode != 0 or not line:
+        sys.stdout.write(r.stdout[-4000:] + r.stderr[-4000:])
+        raise SystemExit(f"mpirun failed with {r.returncode}")
+    label = "(mpi = Open MPI TCP only)" if args.mpi_tcp else "(mpi = Open MPI default: shared memory)"
+    out = report(json.loads(line[0][len("@@PERF "):]), args.np, label)
+    print(f"({time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"argv": sys.argv, "results": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,19 +8,23 @@
 
 This machine flips between fast and slow states (shared/anchors.md), so each rank process runs the
 candidates interleaved round by round (A B A B ...) and we report medians over rounds and the ratios of
-the medians, never one absolute time.
+the medians, never one absolute time. The ranks are spawned in this process's session on purpose: with
+the kernel's scheduler autogroups, a rank per session (as tests/mp.py does, for clean kills) makes every
+cross-process wake-up several times slower and would measure the scheduler, not the engine.
 
     python benchmarks/engine_latency.py [--sizes 2 4] [--rounds 15] [--iters 200] [--json out.json]
 """
 import argparse
 import json
 import os
+import secrets
 import statistics
+import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT]
 
 
 def _raw_communicator(prefix):
@@ -93,6 +97,39 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
     return rec
 
 
+def spawn(n, args, timeout=600):
+    """Runs n worker processes (same session) around a rendezvous store; returns rank 0's record."""
+    from pyhorovod import _core
+    secret = secrets.token_hex(16)
+    server = _core.TcpStoreServer("127.0.0.1", 0, secret.encode())
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--rounds", str(args.rounds), "--iters",
+            str(args.iters), "--tensors", str(args.tensors), "--tensor-bytes", str(args.tensor_bytes)]
+    procs = []
+    try:
+        for r in range(n):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYHOROVOD_", "HOROVOD_", "OMPI_"))}
+            env.update(PYHOROVOD_RANK=str(r), PYHOROVOD_SIZE=str(n), PYHOROVOD_LOCAL_RANK=str(r),
+                       PYHOROVOD_LOCAL_SIZE=str(n), PYHOROVOD_STORE_ADDR="127.0.0.1",
+                       PYHOROVOD_STORE_PORT=str(server.port), PYHOROVOD_SECRET=secret, OMP_NUM_THREADS="1",
+                       PYTHONPATH=ROOT)
+            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + timeout
+        outs = []
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if p.returncode != 0:
+                raise RuntimeError(f"worker exited with {p.returncode}")
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        server.close()
+    line = next(l for l in outs[0].splitlines() if l.startswith("@@RESULT "))
+    return json.loads(line[len("@@RESULT "):])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
@@ -101,13 +138,17 @@ def main():
     ap.add_argument("--tensors", type=int, default=100)
     ap.add_argument("--tensor-bytes", type=int, default=4096)
     ap.add_argument("--json", default="")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from mp import run_ranks
+    if args.worker:
+        rec = rank_body(args.rounds, args.iters, args.tensors, args.tensor_bytes)
+        if int(os.environ["PYHOROVOD_RANK"]) == 0:
+            print("@@RESULT " + json.dumps(rec), flush=True)
+        return
 
     report = {}
     for n in args.sizes:
-        res = run_ranks(rank_body, n, timeout=600, args=(args.rounds, args.iters, args.tensors, args.tensor_bytes))
-        rec = res[0].value
+        rec = spawn(n, args)
         med = {k: statistics.median(v) for k, v in rec.items()}
         report[n] = {"medians_s": med, "rounds": rec}
         print(f"n={n}: 1-float allreduce  raw core {med['raw'] * 1e6:8.1f} us   API (engine) {med['api'] * 1e6:8.1f} us"

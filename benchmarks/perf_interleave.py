@@ -82,7 +82,7 @@ class Core:
             elif k == "spin":
                 o.shm_spin_us = int(v)
             elif k == "yield":
-                o.shm_spin_yield = v != "0"
+                o.shm_spin_yield = int(v)
             elif k == "alg":
                 self.alg = v
             else:

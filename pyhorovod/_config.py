@@ -95,6 +95,8 @@ class Config:
     segment_bytes: int = 0                    # PYHOROVOD_SEGMENT_BYTES (0: from the alpha-beta model)
     small_threshold_bytes: int = 0            # PYHOROVOD_SMALL_THRESHOLD_BYTES (0: from the model)
     shm_enable: bool = True                   # PYHOROVOD_SHM
+    shm_spin_us: int = -1                     # PYHOROVOD_SHM_SPIN_US: poll the rings before sleeping (-1 auto)
+    shm_spin_yield: int = -1                  # PYHOROVOD_SHM_SPIN_YIELD: 1 yield while polling, 0 not, -1 auto
     hostname: Optional[str] = None            # PYHOROVOD_HOSTNAME, else HOROVOD_HOSTNAME (host grouping)
 
     @classmethod
@@ -151,6 +153,14 @@ class Config:
         v = get_bool(env, "PYHOROVOD_SHM")
         if v is not None:
             c.shm_enable = v
+        v = get_int(env, "PYHOROVOD_SHM_SPIN_US", minimum=-1)
+        if v is not None:
+            c.shm_spin_us = v
+        v = get_int(env, "PYHOROVOD_SHM_SPIN_YIELD", minimum=-1)
+        if v is not None:
+            if v > 1:
+                raise ValueError(f"environment variable PYHOROVOD_SHM_SPIN_YIELD={v} must be -1, 0 or 1")
+            c.shm_spin_yield = v
         c.hostname = first(env, ["PYHOROVOD_HOSTNAME", "HOROVOD_HOSTNAME"])
         return c
 
@@ -172,6 +182,8 @@ class Config:
         connect.store_prefix = store_prefix
         connect.connect_timeout_s = self.connect_timeout_s
         connect.shm_enable = self.shm_enable
+        if hasattr(connect, "shm_spin_us"):  # newer cores only
+            connect.shm_spin_us, connect.shm_spin_yield = self.shm_spin_us, self.shm_spin_yield
         connect.tuning = tuning
 
         opts = _core.EngineOptions()

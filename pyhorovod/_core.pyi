@@ -44,6 +44,8 @@ class ConnectOptions:
     rank: int; size: int; local_rank: int; local_size: int
     store_host: str; store_port: int; secret: bytes; bind_host: str; store_prefix: str
     connect_timeout_s: float; shm_enable: bool; tuning: Tuning
+    shm_spin_us: int       # shared memory: poll the rings this long before sleeping (-1: automatic)
+    shm_spin_yield: int    # shared memory: yield the CPU while polling: 1, 0, -1 (automatic)
 
 class Communicator:
     """Collectives on the calling thread, no engine: the raw core (tests of algorithms, benchmarks).

@@ -16,6 +16,7 @@ def test_defaults_match_engine_defaults():
     assert c.iface is None and c.hostname is None
     assert c.timeout_s == 300.0 and c.connect_timeout_s == 60.0
     assert c.segment_bytes == 0 and c.small_threshold_bytes == 0 and c.shm_enable is True
+    assert (c.shm_spin_us, c.shm_spin_yield) == (-1, -1)
 
 
 def test_every_variable_is_read():
@@ -27,7 +28,7 @@ def test_every_variable_is_read():
         "HOROVOD_DYNAMIC_PROCESS_SETS": "yes", "HOROVOD_GLOO_IFACE": "eth1",
         "PYHOROVOD_TIMEOUT_SECONDS": "12.5", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "4",
         "PYHOROVOD_SEGMENT_BYTES": "65536", "PYHOROVOD_SMALL_THRESHOLD_BYTES": "4096", "PYHOROVOD_SHM": "0",
-        "HOROVOD_HOSTNAME": "node7",
+        "HOROVOD_HOSTNAME": "node7", "PYHOROVOD_SHM_SPIN_US": "50", "PYHOROVOD_SHM_SPIN_YIELD": "0",
     }
     c = Config.from_env(env)
     assert (c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity) == (1 << 20, 2.5, 0)
@@ -36,7 +37,7 @@ def test_every_variable_is_read():
     assert c.log_level == 1 and c.dynamic_process_sets is True and c.iface == "eth1"
     assert (c.timeout_s, c.connect_timeout_s) == (12.5, 4.0)
     assert (c.segment_bytes, c.small_threshold_bytes, c.shm_enable) == (65536, 4096, False)
-    assert c.hostname == "node7"
+    assert c.hostname == "node7" and (c.shm_spin_us, c.shm_spin_yield) == (50, 0)
 
 
 def test_own_names_win_over_horovod_names():
@@ -61,6 +62,7 @@ def test_empty_values_count_as_unset():
     ("HOROVOD_DYNAMIC_PROCESS_SETS", "x"), ("PYHOROVOD_TIMEOUT_SECONDS", "0"),
     ("PYHOROVOD_TIMEOUT_SECONDS", "inf"), ("PYHOROVOD_CONNECT_TIMEOUT_SECONDS", "soon"),
     ("PYHOROVOD_SEGMENT_BYTES", "1e6"), ("PYHOROVOD_SMALL_THRESHOLD_BYTES", "-5"), ("PYHOROVOD_SHM", "sometimes"),
+    ("PYHOROVOD_SHM_SPIN_US", "-2"), ("PYHOROVOD_SHM_SPIN_YIELD", "2"),
 ])
 def test_invalid_value_names_the_variable(name, value):
     with pytest.raises(ValueError, match=name):

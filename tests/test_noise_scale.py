@@ -268,8 +268,8 @@ def test_ratio_of_emas_tracks_exact_values_on_a_real_run():
         a_s, a_b = worker_norms(w, x, onehot, idx)
         g, tr = exact_stats(w, x, onehot)
         live.update(a_s, a_b, lr)
-        exact_g.update(g)
-        exact_tr.update(tr)
+        exact_g.update([g])
+        exact_tr.update([tr])
         exact = float(exact_tr.value()[0] / exact_g.value()[0])
         if step >= 100:
             worst = max(worst, abs(live.b_simple() / exact - 1))

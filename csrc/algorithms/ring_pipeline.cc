@@ -5,13 +5,16 @@
 // thread reduces. A send that forwards a segment (send j >= lead) is posted as soon as receive j - lead
 // has been reduced: segments flow across steps without any barrier between steps.
 //
-// Where the bytes go (per element of the buffer, per step; the transport's own copies are its business:
-// TCP adds one kernel copy on each side, the shared-memory transport one copy through the shared ring):
-//   reduce phase: the left neighbour's segment lands in a scratch slot (W slots of one segment each, so
-//     scratch memory is W segments, not a buffer), then ONE pass reads slot + buf and writes buf
-//     (reduce_into): no separate copy.
-//   copy phase (allgather steps): the segment is received straight into buf: zero extra copies.
-//   sends always read buf directly: zero extra copies.
+// Where the bytes go (per element of the buffer, per step):
+//   reduce phase, shared-memory neighbour (Transport::recv_in_place): the segment is reduced straight
+//     from the ring, ONE pass reads ring + buf and writes buf (a ReduceSink): no copy at all on the
+//     receiving side; the sender's one copy into the ring is the only copy of the hop.
+//   reduce phase, TCP neighbour: the segment lands in a scratch slot (the kernel's copy out of the
+//     socket; W slots of one segment each, so scratch memory is W segments, not a buffer), then ONE pass
+//     reads slot + buf and writes buf (reduce_into): no separate copy.
+//   copy phase (allgather steps): the segment is received straight into buf (TCP: the kernel's copy;
+//     shared memory: one copy out of the ring): zero extra copies.
+//   sends always read buf directly (TCP: the kernel's copy; shared memory: one copy into the ring).
 #include "algorithms/ring_pipeline.h"
 
 #include <algorithm>
@@ -23,6 +26,22 @@
 #include "common/reduce.h"
 
 namespace phv {
+namespace {
+
+// Zero-copy receive of a reduce-phase segment: each piece is reduced into the buffer where it lies in
+// the transport (shared memory), dst[offset..] = dst[offset..] (op) piece.
+struct ReduceSink final : RecvSink {
+  ReduceSink(DataType dt_, ReduceOp op_) : dt(dt_), op(op_), esize(dtype_size(dt_)) {}
+  void consume(const void* data, size_t offset, size_t len) override {
+    reduce_into(dst + offset, data, len / esize, dt, op);
+  }
+  char* dst = nullptr;
+  DataType dt;
+  ReduceOp op;
+  size_t esize;
+};
+
+}  // namespace
 
 void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, DataType dt, ReduceOp op,
               RingKind kind, const Tuning& tuning, Deadline deadline) {
@@ -46,11 +65,14 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
   const int right = comm.global((comm.rank() + 1) % p);
   const int left = comm.global((comm.rank() + p - 1) % p);
 
-  // Receive j of the reduce phase uses slot j % window; it is free again once receive j has been reduced,
-  // and at most `window` receives are outstanding, so slots never collide.
+  // Receive j of the reduce phase uses slot j % window (a scratch segment, or a sink when the left
+  // neighbour's bytes can be reduced in place); it is free again once receive j has been reduced, and at
+  // most `window` receives are outstanding, so slots never collide.
+  const bool in_place = reduce_steps > 0 && tr->recv_in_place(left);
   std::unique_ptr<char[]> scratch;
-  if (reduce_steps > 0) scratch.reset(new char[window * seg_elems * esize]);
+  if (reduce_steps > 0 && !in_place) scratch.reset(new char[window * seg_elems * esize]);
   auto slot = [&](size_t j) { return scratch.get() + (j % window) * seg_elems * esize; };
+  std::vector<ReduceSink> sinks(in_place ? window : 0, ReduceSink(dt, op));
 
   std::vector<char> send_done(nsend, 0), recv_done(nrecv, 0);
   std::unordered_map<RequestId, long> ids;  // >= 0: send index; < 0: -(recv index) - 1
@@ -65,8 +87,18 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
       long guard = plan.overwrite_after[j];
       if (guard >= 0 && !send_done[static_cast<size_t>(guard)]) break;  // region still being sent
       const RingMessage& m = plan.recvs[j];
-      char* dst = m.step < reduce_steps ? slot(j) : buf + m.range.offset * esize;
-      ids[tr->post_recv(left, dst, m.range.count * esize)] = -static_cast<long>(j) - 1;
+      char* dst = buf + m.range.offset * esize;
+      RequestId id;
+      if (m.step >= reduce_steps) {
+        id = tr->post_recv(left, dst, m.range.count * esize);
+      } else if (in_place) {
+        ReduceSink& sink = sinks[j % window];
+        sink.dst = dst;
+        id = tr->post_recv_sink(left, m.range.count * esize, esize, &sink);
+      } else {
+        id = tr->post_recv(left, slot(j), m.range.count * esize);
+      }
+      ids[id] = -static_cast<long>(j) - 1;
       ++recvs_posted;
       any = true;
     }
@@ -109,7 +141,7 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     // before reducing the next, so that the right neighbour gets data as early as possible.
     while (recvs_finished < nrecv && recv_done[recvs_finished]) {
       const RingMessage& m = plan.recvs[recvs_finished];
-      if (m.step < reduce_steps)
+      if (m.step < reduce_steps && !in_place)
         reduce_into(buf + m.range.offset * esize, slot(recvs_finished), m.range.count, dt, op);
       ++recvs_finished;
       post_sends();

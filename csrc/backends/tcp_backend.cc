@@ -34,10 +34,10 @@ TcpBackend::TcpBackend(const ConnectOptions& options) : options_(options) {
   mesh.store_prefix = options.store_prefix;
   mesh.connect_timeout_s = options.connect_timeout_s;
   mesh.shm_enable = options.shm_enable;
-  // Transport knobs without a ConnectOptions field (read here, once): how long a rank polls the
-  // shared-memory rings before sleeping, and whether it yields the core while doing so.
-  if (const char* v = std::getenv("PYHOROVOD_SHM_SPIN_US")) mesh.shm_spin_us = std::atoi(v);
-  if (const char* v = std::getenv("PYHOROVOD_SHM_SPIN_YIELD")) mesh.shm_yield = std::atoi(v) != 0;
+  mesh.shm_spin_us = options.shm_spin_us;
+  mesh.shm_yield = options.shm_spin_yield;
+  // Experiment knob (issue 6 measurements only; not a supported setting).
+  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_RING")) mesh.shm_ring_bytes = std::strtoull(v, nullptr, 10);
   transport_ = std::make_unique<TcpTransport>(*store_, mesh);
   world_.transport = transport_.get();
   world_.members.resize(options.size);

@@ -177,6 +177,8 @@ void register_options(py::module_& m) {
       .def_readwrite("store_prefix", &ConnectOptions::store_prefix)
       .def_readwrite("connect_timeout_s", &ConnectOptions::connect_timeout_s)
       .def_readwrite("shm_enable", &ConnectOptions::shm_enable)
+      .def_readwrite("shm_spin_us", &ConnectOptions::shm_spin_us)
+      .def_readwrite("shm_spin_yield", &ConnectOptions::shm_spin_yield)
       .def_readwrite("tuning", &ConnectOptions::tuning);
 }
 

@@ -3,6 +3,8 @@
 
 #include "common/error.h"
 #include "engine/engine_core.h"
+#include "engine/failure_board.h"
+#include "rendezvous/tcp_store.h"
 
 namespace phv {
 
@@ -10,12 +12,14 @@ struct Engine::Impl {
   // Raw pointers: when shutdown() could not stop the background thread (an unresponsive peer), the
   // thread still uses both, so they are deliberately leaked instead of destroyed under it.
   TcpBackend* backend = nullptr;
+  ExplainingTransport* explaining = nullptr;  // between the core and the backend's transport (size > 1)
   EngineCore* core = nullptr;
   bool leaked = false;
 
   ~Impl() {
     if (leaked) return;
     delete core;
+    delete explaining;
     delete backend;
   }
 };
@@ -24,9 +28,25 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
   set_log_level(options.log_level);
   set_log_rank(options.connect.rank);
   impl_->backend = new TcpBackend(options.connect);
+  Transport* transport = &impl_->backend->transport();
+  const ConnectOptions& c = options.connect;
+  if (c.size > 1 && c.store_port > 0) {
+    // A transport failure names the peer whose connection broke; the failure board (through a fresh,
+    // short-lived store client: the store may be gone) adds which rank failed first, and why.
+    FailureBoardOptions board{c.store_prefix, c.rank, c.size, 1.0};
+    std::string host = c.store_host, secret = c.secret;
+    int port = c.store_port;
+    impl_->explaining = new ExplainingTransport(*transport, [board, host, port, secret](const std::string& error) {
+      TcpStoreClient store(host, port, secret, board.wait_s);
+      return explain_failure(store, board, error);
+    });
+    transport = impl_->explaining;
+  }
   try {
-    impl_->core = new EngineCore(impl_->backend->transport(), impl_->backend->tuning(), options);
+    impl_->core = new EngineCore(*transport, impl_->backend->tuning(), options);
   } catch (...) {
+    delete impl_->explaining;
+    impl_->explaining = nullptr;
     delete impl_->backend;
     impl_->backend = nullptr;
     throw;

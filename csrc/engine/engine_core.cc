@@ -68,9 +68,13 @@ Handle EngineCore::submit(const OpPtr& op) {
   op->seq = next_seq_++;
   if (op->desc.kind != static_cast<uint8_t>(OpType::JOIN)) in_flight_.emplace(op->desc.key(), op->handle);
   handles_.emplace(op->handle, op);
-  if (incoming_.empty()) incoming_since_ = Clock::now();
+  // Wake the background thread on the first enqueue of a burst only: it takes the whole queue.
+  bool first = incoming_.empty();
   incoming_.push_back(op);
-  work_cv_.notify_one();
+  if (first) {
+    incoming_since_ = Clock::now();
+    work_cv_.notify_one();
+  }
   return op->handle;
 }
 
@@ -91,9 +95,9 @@ Handle EngineCore::enqueue(Request request, double timeout_s) {
     op->desc.kind = static_cast<uint8_t>(OpType::JOIN);
     op->desc.name = request.name;
   } else {
-    sets_.check_member(request.process_set, op_type_name(request.type));
-    op->desc = validate_request(request, sets_.size_of(request.process_set));
-    op->set_index = sets_.my_index(request.process_set);
+    std::pair<int, int> where = sets_.check_member(request.process_set, op_type_name(request.type));
+    op->desc = validate_request(request, where.first);
+    op->set_index = where.second;
   }
   op->req = std::move(request);
   op->enqueued = Clock::now();
@@ -138,7 +142,8 @@ Result EngineCore::wait(Handle handle) {
                                              " was not resolved by the engine well after its deadline");
     }
   }
-  --callers_waiting_;
+  // The background thread left the rounds to us; hand it whatever was enqueued meanwhile.
+  if (--callers_waiting_ == 0 && (!incoming_.empty() || waiting_)) work_cv_.notify_one();
   handles_.erase(handle);
   if (op->failed) throw HvdError(op->error_kind, op->error);
   return std::move(op->result);

@@ -84,14 +84,13 @@ void EngineCore::run_round() {
     try {
       exchange(deadline);
     } catch (const HvdError& e) {
-      std::string msg = "rank " + std::to_string(rank_) + ": negotiation round " + std::to_string(round_) +
-                        " with the other ranks failed: " + e.what();
+      // e.what() comes from the transport: it names our rank and the peer (rank and address).
+      std::string msg = "negotiation round " + std::to_string(round_) + " failed: " + e.what();
+      std::string me = "rank " + std::to_string(rank_) + ": ";
       for (auto& kv : pending_) {
-        if (!kv.second->held) {
-          fail(kv.second, e.kind(), "rank " + std::to_string(rank_) + ": " + kv.second->label() + " failed: " + msg);
-        }
+        if (!kv.second->held) fail(kv.second, e.kind(), me + kv.second->label() + " failed: " + msg);
       }
-      if (join_op_) fail(join_op_, e.kind(), msg);
+      if (join_op_) fail(join_op_, e.kind(), me + join_op_->label() + " failed: " + msg);
       throw HvdError(e.kind(), msg);
     }
     ++round_;

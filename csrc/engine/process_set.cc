@@ -108,12 +108,13 @@ ProcessSet* ProcessSetRegistry::get(int id) {
   return it == sets_.end() ? nullptr : it->second.get();
 }
 
-void ProcessSetRegistry::check_member(int id, const char* op) const {
+std::pair<int, int> ProcessSetRegistry::check_member(int id, const char* op) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(id);
   PHV_CHECK_ARG(it != sets_.end(), op, ": no process set with id ", id, " (removed, or never added)");
   PHV_CHECK_ARG(it->second->member, op, ": rank ", my_rank_, " is not a member of process set ", id, " (ranks ",
                 ranks_str(it->second->comm.members), ")");
+  return {it->second->comm.size(), it->second->comm.my_index};
 }
 
 }  // namespace phv

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 #include "transport/transport.h"
 
@@ -45,7 +46,8 @@ class ProcessSetRegistry {
   // Engine thread only: the set for running a collective (nullptr if unknown).
   ProcessSet* get(int id);
   // "rank 3 is not a member of process set 1 (ranks [0, 1])"-style check; throws INVALID_ARGUMENT.
-  void check_member(int id, const char* op) const;
+  // Returns the set's size and this rank's index in it (one lock for enqueue's fast path).
+  std::pair<int, int> check_member(int id, const char* op) const;
 
  private:
   mutable std::mutex mu_;

@@ -9,13 +9,13 @@ namespace phv {
 Desc validate_request(const Request& req, int set_size) {
   int type = static_cast<int>(req.type);
   PHV_CHECK_ARG(type >= 0 && type <= static_cast<int>(OpType::BARRIER), "unknown op type ", type);
-  const char* op = op_type_name(req.type);
-  const std::string what = std::string(op) + " '" + req.name + "'";
+  // Error texts name the request as "allreduce 'grad.3'" (built only when a check fails).
+#define WHAT op_type_name(req.type), " '", req.name, "'"
   int dt = static_cast<int>(req.dtype);
-  PHV_CHECK_ARG(dt >= 0 && dt <= static_cast<int>(DataType::BOOL), what, ": unknown dtype code ", dt);
+  PHV_CHECK_ARG(dt >= 0 && dt <= static_cast<int>(DataType::BOOL), WHAT, ": unknown dtype code ", dt);
   int rop = static_cast<int>(req.reduce_op);
-  PHV_CHECK_ARG(rop >= 0 && rop <= static_cast<int>(ReduceOp::PRODUCT), what, ": unknown reduce op code ", rop);
-  PHV_CHECK_ARG(std::isfinite(req.prescale) && std::isfinite(req.postscale), what,
+  PHV_CHECK_ARG(rop >= 0 && rop <= static_cast<int>(ReduceOp::PRODUCT), WHAT, ": unknown reduce op code ", rop);
+  PHV_CHECK_ARG(std::isfinite(req.prescale) && std::isfinite(req.postscale), WHAT,
                 ": prescale and postscale must be finite");
 
   Desc d;
@@ -29,10 +29,10 @@ Desc validate_request(const Request& req, int set_size) {
   d.shape = req.shape;
   int64_t count = 1;
   for (int64_t dim : req.shape) {
-    PHV_CHECK_ARG(dim >= 0, what, ": negative dimension in shape ", shape_str(req.shape));
+    PHV_CHECK_ARG(dim >= 0, WHAT, ": negative dimension in shape ", shape_str(req.shape));
     count *= dim;
   }
-  PHV_CHECK_ARG(count == 0 || req.input != nullptr, what, ": input pointer is null");
+  PHV_CHECK_ARG(count == 0 || req.input != nullptr, WHAT, ": input pointer is null");
 
   bool reduces = req.type == OpType::ALLREDUCE || req.type == OpType::REDUCESCATTER;
   if (reduces) {
@@ -40,41 +40,41 @@ Desc validate_request(const Request& req, int set_size) {
     d.prescale = req.prescale;
     d.postscale = req.postscale;
     if (req.dtype == DataType::BOOL) {
-      PHV_CHECK_ARG(req.reduce_op != ReduceOp::AVERAGE && req.prescale == 1.0 && req.postscale == 1.0, what,
+      PHV_CHECK_ARG(req.reduce_op != ReduceOp::AVERAGE && req.prescale == 1.0 && req.postscale == 1.0, WHAT,
                     ": bool tensors support sum, min, max and product without scale factors");
     }
   }
   switch (req.type) {
     case OpType::ALLREDUCE:
-      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null");
       break;
     case OpType::BROADCAST:
-      PHV_CHECK_ARG(req.root >= 0 && req.root < set_size, what, ": root rank ", req.root, " is out of range [0, ",
+      PHV_CHECK_ARG(req.root >= 0 && req.root < set_size, WHAT, ": root rank ", req.root, " is out of range [0, ",
                     set_size, ")");
-      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null");
       d.root = req.root;
       break;
     case OpType::ALLGATHER:
-      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
+      PHV_CHECK_ARG(!req.shape.empty(), WHAT, ": needs a tensor with at least one dimension");
       break;
     case OpType::REDUCESCATTER:
-      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
-      PHV_CHECK_ARG(count == 0 || req.output != nullptr, what, ": output pointer is null");
+      PHV_CHECK_ARG(!req.shape.empty(), WHAT, ": needs a tensor with at least one dimension");
+      PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null");
       break;
     case OpType::ALLTOALL: {
-      PHV_CHECK_ARG(!req.shape.empty(), what, ": needs a tensor with at least one dimension");
+      PHV_CHECK_ARG(!req.shape.empty(), WHAT, ": needs a tensor with at least one dimension");
       if (req.splits.empty()) {
-        PHV_CHECK_ARG(req.shape[0] % set_size == 0, what, ": the first dimension (", req.shape[0],
+        PHV_CHECK_ARG(req.shape[0] % set_size == 0, WHAT, ": the first dimension (", req.shape[0],
                       ") is not divisible by the number of ranks (", set_size, "); pass splits");
       } else {
-        PHV_CHECK_ARG(static_cast<int>(req.splits.size()) == set_size, what, ": ", req.splits.size(),
+        PHV_CHECK_ARG(static_cast<int>(req.splits.size()) == set_size, WHAT, ": ", req.splits.size(),
                       " splits given for ", set_size, " ranks");
         int64_t sum = 0;
         for (int64_t s : req.splits) {
-          PHV_CHECK_ARG(s >= 0, what, ": negative split ", s);
+          PHV_CHECK_ARG(s >= 0, WHAT, ": negative split ", s);
           sum += s;
         }
-        PHV_CHECK_ARG(sum == req.shape[0], what, ": splits add up to ", sum, " but the first dimension is ",
+        PHV_CHECK_ARG(sum == req.shape[0], WHAT, ": splits add up to ", sum, " but the first dimension is ",
                       req.shape[0]);
       }
       break;
@@ -82,10 +82,12 @@ Desc validate_request(const Request& req, int set_size) {
     default:
       break;
   }
-  PHV_CHECK_ARG(req.group == 0 || req.group_size >= 1, what, ": group ", req.group, " has group_size ",
+  PHV_CHECK_ARG(req.group == 0 || req.group_size >= 1, WHAT, ": group ", req.group, " has group_size ",
                 req.group_size);
   if (req.group != 0) d.group_size = static_cast<int32_t>(req.group_size);
   return d;
 }
+
+#undef WHAT
 
 }  // namespace phv

@@ -3,7 +3,8 @@
 // World sizes 1..5 and 8; counts 0, 1, primes, 2^k +- 1 and multi-segment sizes (segment_bytes forced
 // down to 64 bytes); every dtype x op for allreduce with exact expected values (small integers, also in
 // the float types); uneven allgather / alltoall / reducescatter; broadcast from every root along both of
-// its algorithms; barrier ordering; process-set communicators; error and timeout paths.
+// its algorithms; barrier ordering; process-set communicators; error and timeout paths. The reducing
+// algorithms run a second time with zero-copy receives (Transport::RecvSink), as over shared memory.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -333,6 +334,19 @@ int main() {
     std::printf("world size %d done (%.1f s)\n", p, std::chrono::duration<double>(Clock::now() - t0).count());
     std::fflush(stdout);
   }
+  // The reducing algorithms again, with zero-copy receives (RecvSink pieces of 3 elements).
+  g_in_place = true;
+  for (int p : kWorlds) {
+    test_allreduce(p, "ring_allreduce(seg 64, in place)", ring, many_segments);
+    test_allreduce(p, "ring_allreduce(default, in place)", ring, defaults);
+    test_identical(p, "ring_allreduce(seg 64, in place)", ring, many_segments);
+    test_large_allreduce(p);
+    test_reducescatter(p, many_segments);
+    test_allgather(p, many_segments);
+    test_broadcast(p, force_chain, "broadcast(chain, in place world)");
+  }
+  std::printf("in-place receives done (%.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
+  g_in_place = false;
   test_subsets_and_concurrency();
   test_errors();
   std::printf("algorithms_test: %ld checks, %d failures, %.1f s\n", checks.load(), failures.load(),

@@ -42,10 +42,14 @@ inline const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::MIN, ReduceOp::MAX, Red
 
 inline Deadline soon() { return deadline_after(20.0); }
 
+// When set, run_world's transports hand reduce-phase receives to RecvSinks (zero-copy receive, as over
+// shared memory) instead of copying them into scratch.
+inline bool g_in_place = false;
+
 // Runs body(comm) on `p` threads (comm = all ranks). An exception on one rank is reported and aborts
 // the world, so the others fail fast instead of waiting for their deadlines.
 inline void run_world(int p, const std::string& what, const std::function<void(const Comm&)>& body) {
-  auto transports = make_memory_transports(p);
+  auto transports = make_memory_transports(p, g_in_place);
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {

@@ -1,6 +1,7 @@
 #include "transport/memory_transport.h"
 
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -19,21 +20,30 @@ struct PendingRecv {
   RequestId id;
   void* buf;
   size_t len;
+  RecvSink* sink;  // zero-copy receive; then buf is null
+  size_t grain;
+};
+struct SinkMatch {  // a matched zero-copy receive, waiting for its receiver's progress()
+  PendingSend send;
+  PendingRecv recv;
+  int src;
 };
 }  // namespace
 
 struct MemoryWorld {
-  explicit MemoryWorld(int n)
-      : size(n), sends(static_cast<size_t>(n * n)), recvs(static_cast<size_t>(n * n)),
-        completed(static_cast<size_t>(n)), pending(static_cast<size_t>(n), 0), next_id(static_cast<size_t>(n), 1),
+  MemoryWorld(int n, bool in_place_)
+      : size(n), in_place(in_place_), sends(static_cast<size_t>(n * n)), recvs(static_cast<size_t>(n * n)),
+        matched(static_cast<size_t>(n)), completed(static_cast<size_t>(n)), pending(static_cast<size_t>(n), 0), next_id(static_cast<size_t>(n), 1),
         failure(static_cast<size_t>(n)) {}
 
   int size;
+  bool in_place;
   std::mutex mu;
   std::condition_variable cv;
   // Indexed by src * size + dst: unmatched posts of that ordered pair, oldest first.
   std::vector<std::deque<PendingSend>> sends;
   std::vector<std::deque<PendingRecv>> recvs;
+  std::vector<std::deque<SinkMatch>> matched;     // per receiving rank
   std::vector<std::vector<RequestId>> completed;  // per rank: done, not yet reported by progress()
   std::vector<size_t> pending;                    // per rank: posted, not yet done
   std::vector<RequestId> next_id;
@@ -57,6 +67,10 @@ struct MemoryWorld {
         // Both requests stay pending, so both ranks reach progress(), which throws.
         failure[static_cast<size_t>(src)] = msg;
         failure[static_cast<size_t>(dst)] = msg;
+        continue;
+      }
+      if (r.sink) {
+        matched[static_cast<size_t>(dst)].push_back(SinkMatch{s, r, src});
         continue;
       }
       if (s.len > 0) std::memcpy(r.buf, s.buf, s.len);
@@ -91,7 +105,20 @@ RequestId MemoryTransport::post_recv(int peer, void* buf, size_t len) {
   std::lock_guard<std::mutex> lock(world_->mu);
   RequestId id = world_->next_id[static_cast<size_t>(rank_)]++;
   ++world_->pending[static_cast<size_t>(rank_)];
-  world_->recvs[static_cast<size_t>(peer * world_->size + rank_)].push_back(PendingRecv{id, buf, len});
+  world_->recvs[static_cast<size_t>(peer * world_->size + rank_)].push_back(PendingRecv{id, buf, len, nullptr, 1});
+  world_->match(peer, rank_);
+  return id;
+}
+
+bool MemoryTransport::recv_in_place(int peer) const { return world_->in_place && peer != rank_; }
+
+RequestId MemoryTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
+  if (!recv_in_place(peer)) return Transport::post_recv_sink(peer, len, grain, sink);  // throws
+  PHV_CHECK_ARG(sink != nullptr && grain >= 1 && 64 % grain == 0, "memory transport: bad sink or grain ", grain);
+  std::lock_guard<std::mutex> lock(world_->mu);
+  RequestId id = world_->next_id[static_cast<size_t>(rank_)]++;
+  ++world_->pending[static_cast<size_t>(rank_)];
+  world_->recvs[static_cast<size_t>(peer * world_->size + rank_)].push_back(PendingRecv{id, nullptr, len, sink, grain});
   world_->match(peer, rank_);
   return id;
 }
@@ -103,6 +130,20 @@ void MemoryTransport::progress(std::vector<RequestId>& completed, Deadline deadl
     if (!world_->failure[me].empty()) throw HvdError(ErrorKind::INTERNAL, world_->failure[me]);
     if (!world_->abort_reason.empty())
       throw_error(ErrorKind::PEER_LOST, "rank ", rank_, ": memory world aborted: ", world_->abort_reason);
+    // Zero-copy receives matched for me: the sender's buffer is still pinned by its pending send.
+    auto& ready = world_->matched[me];
+    while (!ready.empty()) {
+      SinkMatch m = ready.front();
+      ready.pop_front();
+      const size_t piece = 3 * m.recv.grain;
+      for (size_t off = 0; off < m.send.len; off += piece)
+        m.recv.sink->consume(static_cast<const char*>(m.send.buf) + off, off, std::min(piece, m.send.len - off));
+      world_->completed[static_cast<size_t>(m.src)].push_back(m.send.id);
+      world_->completed[me].push_back(m.recv.id);
+      --world_->pending[static_cast<size_t>(m.src)];
+      --world_->pending[me];
+      world_->cv.notify_all();
+    }
     auto& done = world_->completed[me];
     if (!done.empty()) {
       completed.insert(completed.end(), done.begin(), done.end());
@@ -131,9 +172,9 @@ void MemoryTransport::abort_world(const std::string& why) {
   world_->cv.notify_all();
 }
 
-std::vector<std::unique_ptr<Transport>> make_memory_transports(int size) {
+std::vector<std::unique_ptr<Transport>> make_memory_transports(int size, bool in_place) {
   PHV_CHECK_ARG(size >= 1, "make_memory_transports: size must be >= 1, got ", size);
-  auto world = std::make_shared<MemoryWorld>(size);
+  auto world = std::make_shared<MemoryWorld>(size, in_place);
   std::vector<std::unique_ptr<Transport>> out;
   for (int r = 0; r < size; ++r) out.push_back(std::make_unique<MemoryTransport>(world, r));
   return out;

@@ -5,6 +5,10 @@
 // the socket buffers deadlocks (and times out) here too. Messages between one ordered pair match in
 // posting order; a length mismatch fails both ends with HvdError (INTERNAL), an expired deadline with
 // TIMEOUT. All ranks share one mutex/condition variable (simplicity over speed).
+//
+// Zero-copy receives (in_place worlds): a receive posted with post_recv_sink is matched like any other,
+// but its send stays pending until the receiver's own progress() has handed the sender's bytes to the
+// sink, in pieces of a few grains (so the tests see split pieces, as from a shared-memory ring).
 #pragma once
 #include <memory>
 #include <vector>
@@ -24,6 +28,8 @@ class MemoryTransport : public Transport {
   int size() const override;
   RequestId post_send(int peer, const void* buf, size_t len) override;
   RequestId post_recv(int peer, void* buf, size_t len) override;
+  bool recv_in_place(int peer) const override;
+  RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override;
   std::string describe_peer(int peer) const override;
@@ -38,6 +44,7 @@ class MemoryTransport : public Transport {
 };
 
 // One transport per rank of a world of `size` threads.
-std::vector<std::unique_ptr<Transport>> make_memory_transports(int size);
+// in_place: recv_in_place() is true for every peer (zero-copy receives through RecvSink).
+std::vector<std::unique_ptr<Transport>> make_memory_transports(int size, bool in_place = false);
 
 }  // namespace phv

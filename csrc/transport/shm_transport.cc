@@ -20,34 +20,32 @@
 
 namespace phv {
 
-// head: bytes ever written (only the producer stores it); tail: bytes ever read (only the consumer).
-// head - tail is the fill level. Each field has its own cache line so the two sides do not false-share.
+// The control block of one direction. head: bytes ever published (only the producer stores it); tail:
+// bytes ever released (only the consumer). Each field has its own cache line so the two sides do not
+// false-share. The mapping is [ring 0 | ring 1 | pad to kCtlBytes | data 0 | data 1]; the creator
+// produces into ring 0.
 struct ShmLink::Ring {
   alignas(64) std::atomic<uint64_t> head;
   alignas(64) std::atomic<uint64_t> tail;
   alignas(64) std::atomic<uint32_t> reader_sleeping;
   alignas(64) std::atomic<uint32_t> writer_sleeping;
-  alignas(64) char data[kShmRingBytes];
 };
 
 namespace {
 
-constexpr size_t kMask = kShmRingBytes - 1;
-constexpr size_t kMapBytes = 2 * sizeof(ShmLink::Ring);
+constexpr size_t kCtlBytes = 4096;  // control blocks; the data starts page-aligned after them
+constexpr size_t kMinRing = size_t(64) << 10;
+constexpr size_t kMaxRing = size_t(256) << 20;
 constexpr size_t kNameBytes = 64;
-static_assert((kShmRingBytes & kMask) == 0, "ring size must be a power of two");
+static_assert(2 * sizeof(ShmLink::Ring) <= kCtlBytes, "control blocks must fit their page");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need address-free atomics");
 
-void copy_in(char* ring, uint64_t pos, const char* src, size_t len) {
-  size_t off = pos & kMask, first = std::min(len, kShmRingBytes - off);
-  std::memcpy(ring + off, src, first);
-  if (len > first) std::memcpy(ring, src + first, len - first);
-}
+size_t map_bytes_for(size_t ring_bytes) { return kCtlBytes + 2 * ring_bytes; }
 
-void copy_out(const char* ring, uint64_t pos, char* dst, size_t len) {
-  size_t off = pos & kMask, first = std::min(len, kShmRingBytes - off);
-  std::memcpy(dst, ring + off, first);
-  if (len > first) std::memcpy(dst + first, ring, len - first);
+size_t round_ring(size_t want) {
+  size_t r = kMinRing;
+  while (r < want && r < kMaxRing) r *= 2;
+  return r;
 }
 
 // Names are /phv-<creator pid>-<random>-<lower rank>-<higher rank>. The creator unlinks its name as soon
@@ -66,60 +64,76 @@ void remove_stale_names() {
   closedir(dir);
 }
 
-void* map_fd(int fd) {
-  void* p = mmap(nullptr, kMapBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+void* map_fd(int fd, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
 }  // namespace
 
-ShmLink::ShmLink(void* base, size_t map_bytes, bool creator) : base_(base), map_bytes_(map_bytes) {
+ShmLink::ShmLink(void* base, size_t map_bytes, size_t ring_bytes, bool creator)
+    : base_(base), map_bytes_(map_bytes), ring_bytes_(ring_bytes) {
   Ring* rings = static_cast<Ring*>(base);
+  char* data = static_cast<char*>(base) + kCtlBytes;
   out_ = creator ? &rings[0] : &rings[1];
   in_ = creator ? &rings[1] : &rings[0];
+  out_data_ = creator ? data : data + ring_bytes;
+  in_data_ = creator ? data + ring_bytes : data;
+  // A fresh mapping is zero-filled: both positions start at 0 on both sides.
+  head_ = out_->head.load(std::memory_order_relaxed);
+  tail_ = in_->tail.load(std::memory_order_relaxed);
+  seen_tail_ = out_->tail.load(std::memory_order_relaxed);
+  seen_head_ = in_->head.load(std::memory_order_relaxed);
 }
 
 ShmLink::~ShmLink() { munmap(base_, map_bytes_); }
 
-size_t ShmLink::write(const iovec* iov, int n) {
-  uint64_t head = out_->head.load(std::memory_order_relaxed);
-  size_t space = kShmRingBytes - (head - out_->tail.load(std::memory_order_acquire));
-  size_t total = 0;
-  for (int i = 0; i < n && space > 0; ++i) {
-    size_t len = std::min(iov[i].iov_len, space);
-    copy_in(out_->data, head + total, static_cast<const char*>(iov[i].iov_base), len);
-    total += len;
-    space -= len;
-  }
-  if (total) out_->head.store(head + total, std::memory_order_seq_cst);
-  return total;
+size_t ShmLink::free_space() {
+  seen_tail_ = out_->tail.load(std::memory_order_acquire);
+  return ring_bytes_ - static_cast<size_t>(head_ - seen_tail_);
 }
 
-size_t ShmLink::read(const iovec* iov, int n) {
-  uint64_t tail = in_->tail.load(std::memory_order_relaxed);
-  size_t avail = in_->head.load(std::memory_order_acquire) - tail;
-  size_t total = 0;
-  for (int i = 0; i < n && avail > 0; ++i) {
-    size_t len = std::min(iov[i].iov_len, avail);
-    copy_out(in_->data, tail + total, static_cast<char*>(iov[i].iov_base), len);
-    total += len;
-    avail -= len;
-  }
-  if (total) in_->tail.store(tail + total, std::memory_order_seq_cst);
-  return total;
+void ShmLink::put(size_t at, const void* src, size_t len) {
+  const size_t mask = ring_bytes_ - 1;
+  size_t off = (head_ + at) & mask, first = std::min(len, ring_bytes_ - off);
+  std::memcpy(out_data_ + off, src, first);
+  if (len > first) std::memcpy(out_data_, static_cast<const char*>(src) + first, len - first);
 }
 
-bool ShmLink::can_write() const {
-  return out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_acquire) < kShmRingBytes;
+void ShmLink::publish(size_t n) {
+  head_ += n;
+  out_->head.store(head_, std::memory_order_seq_cst);
 }
 
-bool ShmLink::can_read() const {
-  return in_->head.load(std::memory_order_acquire) != in_->tail.load(std::memory_order_relaxed);
+size_t ShmLink::available() {
+  seen_head_ = in_->head.load(std::memory_order_acquire);
+  return static_cast<size_t>(seen_head_ - tail_);
 }
+
+void ShmLink::get(size_t at, void* dst, size_t len) const {
+  const size_t mask = ring_bytes_ - 1;
+  size_t off = (tail_ + at) & mask, first = std::min(len, ring_bytes_ - off);
+  std::memcpy(dst, in_data_ + off, first);
+  if (len > first) std::memcpy(static_cast<char*>(dst) + first, in_data_, len - first);
+}
+
+const char* ShmLink::view(size_t at, size_t* contiguous) const {
+  size_t off = (tail_ + at) & (ring_bytes_ - 1);
+  *contiguous = ring_bytes_ - off;
+  return in_data_ + off;
+}
+
+void ShmLink::release(size_t n) {
+  tail_ += n;
+  in_->tail.store(tail_, std::memory_order_seq_cst);
+}
+
+bool ShmLink::tail_moved() const { return out_->tail.load(std::memory_order_relaxed) != seen_tail_; }
+bool ShmLink::head_moved() const { return in_->head.load(std::memory_order_relaxed) != seen_head_; }
 
 bool ShmLink::sleep_until_readable() {
   in_->reader_sleeping.store(1, std::memory_order_seq_cst);
-  if (in_->head.load(std::memory_order_seq_cst) != in_->tail.load(std::memory_order_relaxed)) {
+  if (in_->head.load(std::memory_order_seq_cst) != seen_head_) {
     in_->reader_sleeping.store(0, std::memory_order_relaxed);
     return false;
   }
@@ -128,7 +142,7 @@ bool ShmLink::sleep_until_readable() {
 
 bool ShmLink::sleep_until_writable() {
   out_->writer_sleeping.store(1, std::memory_order_seq_cst);
-  if (out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_seq_cst) < kShmRingBytes) {
+  if (out_->tail.load(std::memory_order_seq_cst) != seen_tail_) {
     out_->writer_sleeping.store(0, std::memory_order_relaxed);
     return false;
   }
@@ -160,7 +174,7 @@ std::string shm_host_id() {
 
 std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
                                                       const std::vector<std::string>& addrs, bool enable,
-                                                      Deadline deadline) {
+                                                      size_t ring_bytes, Deadline deadline) {
   const int size = static_cast<int>(fds.size());
   std::vector<std::unique_ptr<ShmLink>> links(size);
   auto who = [&](int p) { return "rank " + std::to_string(p) + " (" + addrs[p] + ")"; };
@@ -182,6 +196,8 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
   // Phase 3: the lower rank of each same-host pair creates the mapping and sends its name ("" = failed).
   std::vector<std::string> names(size);
   std::vector<void*> maps(size, nullptr);
+  std::vector<size_t> map_sizes(size, 0);
+  const size_t my_ring = round_ring(ring_bytes);
   if (enable) remove_stale_names();
   try {
     for (int p = rank + 1; p < size; ++p) {
@@ -192,7 +208,8 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
                          std::to_string(rank) + "-" + std::to_string(p);
       int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       if (fd >= 0) {
-        if (ftruncate(fd, kMapBytes) == 0) maps[p] = map_fd(fd);
+        map_sizes[p] = map_bytes_for(my_ring);
+        if (ftruncate(fd, static_cast<off_t>(map_sizes[p])) == 0) maps[p] = map_fd(fd, map_sizes[p]);
         ::close(fd);
         if (maps[p]) names[p] = name;
         else shm_unlink(name.c_str());
@@ -214,10 +231,19 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
       if (!name.empty() && name.rfind("/phv-", 0) == 0) {
         int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
         struct stat st {};
-        if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == kMapBytes) maps[p] = map_fd(fd);
+        size_t ring = 0;
+        if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) > kCtlBytes) {
+          ring = (static_cast<size_t>(st.st_size) - kCtlBytes) / 2;
+          bool ok = ring >= kMinRing && ring <= kMaxRing && (ring & (ring - 1)) == 0 &&
+                    map_bytes_for(ring) == static_cast<size_t>(st.st_size);
+          if (ok) {
+            map_sizes[p] = map_bytes_for(ring);
+            maps[p] = map_fd(fd, map_sizes[p]);
+          }
+        }
         if (fd >= 0) ::close(fd);
         if (maps[p]) {
-          links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, false);
+          links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], ring, false);
           ack = 1;
         }
       }
@@ -230,15 +256,15 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
       recv_all(fds[p], &ack, 1, deadline, who(p));
       if (!names[p].empty()) shm_unlink(names[p].c_str());
       names[p].clear();
-      if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], kMapBytes, true);
-      else if (maps[p]) munmap(maps[p], kMapBytes);
+      if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], my_ring, true);
+      else if (maps[p]) munmap(maps[p], map_sizes[p]);
       maps[p] = nullptr;
     }
   } catch (...) {
     // A peer died or timed out mid-way: leave no name behind and no mapping that no link owns.
     for (int p = 0; p < size; ++p) {
       if (!names[p].empty()) shm_unlink(names[p].c_str());
-      if (maps[p] && !links[p]) munmap(maps[p], kMapBytes);
+      if (maps[p] && !links[p]) munmap(maps[p], map_sizes[p]);
     }
     throw;
   }

@@ -24,8 +24,10 @@ struct MeshOptions {
   int socket_buffer_bytes = kDefaultSocketBufferBytes;
   bool shm_enable = false;  // TcpTransport: shared-memory rings for peers on this host (shm_transport.h)
   int shm_spin_us = -1;     // TcpTransport: how long to poll the rings before sleeping in poll();
-                            // -1: 20 us when the ranks sharing memory fit on our CPUs, else 0
-  bool shm_yield = true;    // TcpTransport: sched_yield() while spinning (ranks may share a core)
+                            // -1: a default that depends on whether the local ranks fit on our CPUs
+  int shm_yield = -1;       // TcpTransport: sched_yield() while spinning: 1 yes, 0 no (pause), -1 only
+                            // when there are more local ranks than CPUs
+  size_t shm_ring_bytes = 0;  // TcpTransport: ring size per direction of the links we create (0: default)
 };
 
 struct MeshConnection {

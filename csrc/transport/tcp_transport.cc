@@ -17,6 +17,10 @@ namespace {
 
 constexpr uint32_t kMessageMagic = 0x4d564850;  // "PHVM"
 constexpr int kMaxIov = 64;                     // iovecs per system call (header + payload per message)
+// Default spin before sleeping (shm peers), measured in RESULTS_performance.md: when every local rank has
+// a CPU of its own, and when they do not (then the spin yields the CPU on every turn).
+constexpr int kSpinUs = 50;
+constexpr int kSpinCrowdedUs = 0;
 
 void encode_header(uint8_t* h, uint32_t seq, uint64_t len) {
   for (int i = 0; i < 4; ++i) h[i] = uint8_t(kMessageMagic >> (8 * i));
@@ -29,7 +33,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
-    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), spin_yield_(options.shm_yield),
+    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), spin_yield_(options.shm_yield > 0),
       peers_(options.size) {
   std::vector<MeshConnection> conns = connect_mesh(store, options, &rejected_);
   for (int p = 0; p < size_; ++p) {
@@ -43,19 +47,22 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
       fds[p] = peers_[p].fd.get();
       addrs[p] = peers_[p].addr;
     }
-    auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable, deadline_after(options.connect_timeout_s));
+    auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable,
+                                 options.shm_ring_bytes ? options.shm_ring_bytes : kShmDefaultRingBytes,
+                                 deadline_after(options.connect_timeout_s));
     int local = 1;
     for (int p = 0; p < size_; ++p) {
       peers_[p].shm = std::move(links[p]);
       local += peers_[p].shm ? 1 : 0;
     }
     // Spinning helps only if the peer is running at the same time: with more local ranks than CPUs
-    // (4 ranks on 2 cores) a spinning rank steals the core its peer needs, so sleep at once.
-    if (spin_us_ < 0) {
-      cpu_set_t cpus;
-      int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-      spin_us_ = local <= ncpu ? 20 : 0;
-    }
+    // (4 ranks on 2 cores) a spinning rank steals the core its peer needs, so then it yields the core
+    // while it spins (and sleeps sooner).
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    bool crowded = local > ncpu;
+    if (spin_us_ < 0) spin_us_ = crowded ? kSpinCrowdedUs : kSpinUs;
+    if (options.shm_yield < 0) spin_yield_ = crowded;
   }
 }
 
@@ -89,7 +96,8 @@ void TcpTransport::check_usable(int peer, const char* what) const {
 
 std::string TcpTransport::op_text(int peer, const Op& op, bool send) const {
   std::ostringstream s;
-  size_t payload_done = op.done > kHeaderBytes ? op.done - kHeaderBytes : 0;
+  const size_t header = peers_[peer].shm ? kShmAlign : kHeaderBytes;
+  size_t payload_done = op.done > header ? op.done - header : 0;
   s << (send ? "send to " : "receive from ") << describe_peer(peer) << " of message #" << op.seq << " ("
     << op.len << " bytes, " << payload_done << " " << (send ? "sent" : "received") << ", posted "
     << seconds_since(op.posted) << " s ago)";
@@ -107,7 +115,7 @@ void TcpTransport::fail(ErrorKind kind, const std::string& message) {
 RequestId TcpTransport::post_send(int peer, const void* buf, size_t len) {
   check_usable(peer, "send");
   PHV_CHECK_ARG(buf != nullptr || len == 0, "rank ", rank_, ": send of ", len, " bytes from a null buffer");
-  Op op{next_id_++, static_cast<char*>(const_cast<void*>(buf)), len, 0, 0, {}, Clock::now()};
+  Op op{next_id_++, static_cast<char*>(const_cast<void*>(buf)), len, 0, 0, nullptr, 1, {}, Clock::now()};
   ++pending_;
   if (peer == rank_) {
     self_sends_.push_back(op);
@@ -124,13 +132,26 @@ RequestId TcpTransport::post_send(int peer, const void* buf, size_t len) {
 RequestId TcpTransport::post_recv(int peer, void* buf, size_t len) {
   check_usable(peer, "receive");
   PHV_CHECK_ARG(buf != nullptr || len == 0, "rank ", rank_, ": receive of ", len, " bytes into a null buffer");
-  Op op{next_id_++, static_cast<char*>(buf), len, 0, 0, {}, Clock::now()};
+  Op op{next_id_++, static_cast<char*>(buf), len, 0, 0, nullptr, 1, {}, Clock::now()};
   ++pending_;
   if (peer == rank_) {
     self_recvs_.push_back(op);
     match_self();
     return op.id;
   }
+  Peer& p = peers_[peer];
+  op.seq = p.recv_seq++;
+  p.recvs.push_back(op);
+  return op.id;
+}
+
+RequestId TcpTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
+  check_usable(peer, "receive");
+  if (!uses_shm(peer)) return Transport::post_recv_sink(peer, len, grain, sink);  // throws
+  PHV_CHECK_ARG(sink != nullptr && grain >= 1 && kShmAlign % grain == 0, "rank ", rank_,
+                ": zero-copy receive needs a sink and a grain dividing ", kShmAlign, " (got ", grain, ")");
+  Op op{next_id_++, nullptr, len, 0, 0, sink, grain, {}, Clock::now()};
+  ++pending_;
   Peer& p = peers_[peer];
   op.seq = p.recv_seq++;
   p.recvs.push_back(op);
@@ -174,6 +195,10 @@ void TcpTransport::check_header(int peer, const Op& op) {
 
 bool TcpTransport::send_some(int peer) {
   Peer& p = peers_[peer];
+  if (p.shm) {
+    shm_send_some(peer);
+    return false;
+  }
   while (!p.sends.empty()) {
     iovec iov[kMaxIov];
     int n = 0;
@@ -191,17 +216,10 @@ bool TcpTransport::send_some(int peer) {
         total += op.len - off;
       }
     }
-    ssize_t w;
-    if (p.shm) {
-      w = static_cast<ssize_t>(p.shm->write(iov, n));
-      if (w == 0) return true;  // the ring is full
-      if (p.shm->peer_wants_data()) ring_doorbell(peer);
-    } else {
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<size_t>(n);
-      w = ::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       if (errno == EINTR) continue;
@@ -225,6 +243,10 @@ bool TcpTransport::send_some(int peer) {
 
 bool TcpTransport::recv_some(int peer) {
   Peer& p = peers_[peer];
+  if (p.shm) {
+    shm_recv_some(peer);
+    return false;
+  }
   while (!p.recvs.empty()) {
     iovec iov[kMaxIov];
     int n = 0;
@@ -242,14 +264,7 @@ bool TcpTransport::recv_some(int peer) {
         total += op.len - off;
       }
     }
-    ssize_t r;
-    if (p.shm) {
-      r = static_cast<ssize_t>(p.shm->read(iov, n));
-      if (r == 0) return true;  // the ring is empty
-      if (p.shm->peer_wants_space()) ring_doorbell(peer);
-    } else {
-      r = ::readv(p.fd.get(), iov, n);
-    }
+    ssize_t r = ::readv(p.fd.get(), iov, n);
     if (r == 0) fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + op_text(peer, p.recvs.front(), false));
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;

@@ -6,9 +6,10 @@
 // against the posted receive (length and per-pair sequence number); nothing is ever allocated from a
 // length read off the network. One poll loop in progress() drives all sends and receives together.
 //
-// Peers on the same host (options.shm_enable) exchange the same byte stream through shared-memory
-// rings instead (shm_transport.h); their TCP connection then only carries wake-up doorbells and tells us
-// when the peer dies.
+// Peers on the same host (options.shm_enable) exchange the same messages through shared-memory rings
+// instead (shm_transport.h; the layout and the waiting are in tcp_transport_shm.cc); their TCP connection
+// then only carries wake-up doorbells and tells us when the peer dies. For them recv_in_place() is true:
+// post_recv_sink() hands the payload to the caller where it lies in the ring (zero-copy receive).
 //
 // Failure: the first error (TIMEOUT, PEER_LOST, a bad header) drops every pending request, closes
 // every connection (so peers fail fast instead of waiting for their deadline) and is re-thrown by
@@ -39,6 +40,8 @@ class TcpTransport : public Transport {
   int size() const override { return size_; }
   RequestId post_send(int peer, const void* buf, size_t len) override;
   RequestId post_recv(int peer, void* buf, size_t len) override;
+  bool recv_in_place(int peer) const override { return uses_shm(peer); }
+  RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return pending_; }
   std::string describe_peer(int peer) const override;
@@ -54,8 +57,10 @@ class TcpTransport : public Transport {
     RequestId id;
     char* buf;
     size_t len;
-    size_t done;  // bytes of header + payload transferred
+    size_t done;  // bytes of header + payload transferred (shm: ring bytes of the message, padding included)
     uint32_t seq;
+    RecvSink* sink;  // zero-copy receive (shm peers only); then buf is null
+    size_t grain;    // sink pieces are multiples of this (but the last)
     uint8_t header[kHeaderBytes];
     Clock::time_point posted;
   };
@@ -71,6 +76,8 @@ class TcpTransport : public Transport {
 
   bool send_some(int peer);  // non-blocking; true if the socket would block with data left
   bool recv_some(int peer);
+  void shm_send_some(int peer);  // send_some/recv_some for a shared-memory peer
+  void shm_recv_some(int peer);
   void ring_doorbell(int peer);
   void drain_doorbell(int peer);
   bool spin_shm();          // briefly polls the rings of shm peers with work; true if something completed

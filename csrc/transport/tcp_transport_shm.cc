@@ -1,8 +1,11 @@
-// The shared-memory side of TcpTransport's progress loop: doorbells over the pair's socket, a short
-// spin over the rings, and the sleep flags raised before poll() (see shm_transport.h for the protocol).
+// The shared-memory side of TcpTransport: the message layout in the rings, zero-copy receives into a
+// RecvSink, doorbells over the pair's socket, a short spin over the rings, and the sleep flags raised
+// before poll() (see shm_transport.h for the protocol).
 #include <errno.h>
 #include <sched.h>
 #include <sys/socket.h>
+
+#include <algorithm>
 
 #include "transport/tcp_transport.h"
 
@@ -39,10 +42,124 @@ void TcpTransport::drain_doorbell(int peer) {
   }
 }
 
+namespace {
+// The producer publishes (and the consumer releases) at least every this many bytes inside a long
+// message, so the other side starts reading (reusing) a segment's first bytes while the rest is still
+// being copied (reduced): a pipeline inside each message, and the bytes are read while still in cache.
+constexpr size_t kPublishBytes = size_t(64) << 10;
+
+size_t padded(size_t len) { return (len + kShmAlign - 1) / kShmAlign * kShmAlign; }
+}  // namespace
+
+// Message layout in a ring: a kShmAlign-byte slot whose first kHeaderBytes are the header, the payload,
+// padding up to a multiple of kShmAlign. Every publish ends at a multiple of kShmAlign (the end of a
+// payload is published together with its padding), so head and tail always are multiples of kShmAlign,
+// a payload split by the ring's end splits at a multiple of kShmAlign, and the consumer sees either
+// whole 64-byte blocks of a payload or its complete end.
+void TcpTransport::shm_send_some(int peer) {
+  Peer& p = peers_[peer];
+  ShmLink& link = *p.shm;
+  size_t room = link.free_space();
+  size_t staged = 0;  // put into the ring, not yet published
+  auto flush = [&]() {
+    link.publish(staged);
+    staged = 0;
+    if (link.peer_wants_data()) ring_doorbell(peer);
+  };
+  while (!p.sends.empty()) {
+    Op& op = p.sends.front();
+    if (op.done == 0) {
+      if (room - staged < kShmAlign) break;
+      link.put(staged, op.header, kHeaderBytes);
+      staged += kShmAlign;
+      op.done = kShmAlign;
+    }
+    const size_t end = kShmAlign + op.len;
+    while (op.done < end) {
+      size_t left = end - op.done;
+      size_t n = std::min(left, room - staged);
+      if (n == left) {
+        if (padded(left) > room - staged) n -= n % kShmAlign;  // the end goes with its padding
+      } else {
+        n -= n % kShmAlign;
+      }
+      if (n == 0) break;
+      link.put(staged, op.buf + (op.done - kShmAlign), n);
+      staged += n;
+      op.done += n;
+      if (op.done < end && staged >= kPublishBytes) {
+        flush();
+        room = link.free_space();
+      }
+    }
+    if (op.done < end) break;  // the ring is full
+    staged += padded(op.len) - op.len;
+    complete(op);  // the payload is in the ring: the caller's buffer is free again
+    p.sends.pop_front();
+    if (staged >= kPublishBytes) {
+      flush();
+      room = link.free_space();
+    }
+  }
+  if (staged) flush();  // no new look at the consumer here: progress() sleeps on the last position seen
+}
+
+void TcpTransport::shm_recv_some(int peer) {
+  Peer& p = peers_[peer];
+  ShmLink& link = *p.shm;
+  size_t avail = link.available();
+  size_t used = 0;  // consumed, not yet released
+  auto flush = [&]() {
+    link.release(used);
+    used = 0;
+    if (link.peer_wants_space()) ring_doorbell(peer);
+  };
+  while (!p.recvs.empty()) {
+    Op& op = p.recvs.front();
+    if (op.done == 0) {
+      if (avail - used < kShmAlign) break;
+      link.get(used, op.header, kHeaderBytes);
+      check_header(peer, op);
+      used += kShmAlign;
+      op.done = kShmAlign;
+    }
+    const size_t end = kShmAlign + op.len;
+    while (op.done < end) {
+      size_t n = std::min(end - op.done, avail - used);  // a multiple of kShmAlign, or the whole end
+      if (n == 0) break;
+      size_t off = op.done - kShmAlign;
+      if (op.sink) {
+        size_t contiguous = 0;
+        const char* at = link.view(used, &contiguous);
+        size_t first = std::min(n, contiguous);
+        op.sink->consume(at, off, first);
+        if (n > first) op.sink->consume(link.view(used + first, &contiguous), off + first, n - first);
+      } else {
+        link.get(used, op.buf + off, n);
+      }
+      used += n;
+      op.done += n;
+      if (op.done < end && used >= kPublishBytes) {
+        flush();
+        avail = link.available();
+      }
+    }
+    if (op.done < end) break;  // the rest is not there yet
+    used += padded(op.len) - op.len;
+    complete(op);
+    p.recvs.pop_front();
+    if (used >= kPublishBytes) {
+      flush();
+      avail = link.available();
+    }
+  }
+  if (used) flush();  // no new look at the producer here: progress() sleeps on the last position seen
+}
+
 bool TcpTransport::spin_shm() {
   // Long enough to catch a peer that is a few microseconds behind, short enough that ranks sharing a
   // core do not steal much from each other before sleeping in poll(); yielding lets a peer that shares
-  // our core run meanwhile.
+  // our core run meanwhile. Only rings whose other side moved since we last looked are visited.
   if (spin_us_ <= 0) return false;
   Clock::time_point until = Clock::now() + std::chrono::microseconds(spin_us_);
   bool any = false;
@@ -53,11 +170,11 @@ bool TcpTransport::spin_shm() {
       if (!p.shm) continue;
       if (!p.sends.empty()) {
         any = true;
-        if (p.shm->can_write()) send_some(peer);
+        if (p.shm->tail_moved()) shm_send_some(peer);
       }
       if (!p.recvs.empty()) {
         any = true;
-        if (p.shm->can_read()) recv_some(peer);
+        if (p.shm->head_moved()) shm_recv_some(peer);
       }
     }
     if (!done_.empty()) return true;

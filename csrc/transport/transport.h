@@ -8,6 +8,11 @@
 // posted receive matches the next message from that peer. Lengths are known to both sides; every message
 // carries a small header (magic, length, sequence number) so a length mismatch is an error, not corruption.
 //
+// Zero-copy receive (optional): where a peer's bytes already lie in memory we can read -- a shared-memory
+// ring -- the transport can hand them to a RecvSink in place instead of copying them into a buffer, so
+// the caller reduces straight from the ring (one copy per byte into shared memory, none out of it).
+// Callers ask recv_in_place(peer) first and fall back to post_recv() where it is false (TCP peers).
+//
 // Errors: progress() throws HvdError with kind TIMEOUT when the deadline passes, PEER_LOST when a peer's
 // connection closes or fails, naming our rank, the peer rank and its address.
 #pragma once
@@ -21,6 +26,17 @@ namespace phv {
 
 using RequestId = uint64_t;
 
+// Receives a message in pieces, in order: consume(data, offset, len) says that payload bytes
+// [offset, offset + len) are at `data`, valid only during the call. Every piece but the last is a
+// multiple of the `grain` given to post_recv_sink (an element size, so a piece never splits an element);
+// pieces are called from inside progress(), on the calling thread. The message's receive completes after
+// its last piece has been consumed.
+class RecvSink {
+ public:
+  virtual ~RecvSink() = default;
+  virtual void consume(const void* data, size_t offset, size_t len) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -30,6 +46,12 @@ class Transport {
   // buf must stay valid (and untouched) until the request completes. len may be 0.
   virtual RequestId post_send(int peer, const void* buf, size_t len) = 0;
   virtual RequestId post_recv(int peer, void* buf, size_t len) = 0;
+
+  // Zero-copy receive of a len-byte message from peer into `sink` (see RecvSink), which must stay valid
+  // until the request completes. Only where recv_in_place(peer) is true; grain must divide 64. The
+  // default implementation (transports without in-place peers) throws INTERNAL.
+  virtual bool recv_in_place(int /*peer*/) const { return false; }
+  virtual RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink);
 
   // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
   // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.

@@ -27,7 +27,9 @@ How B_small and B_big are chosen (`for_config`):
 What the caller must feed (`update`): squared norms of gradients of the *mean* loss over the B_small
 (resp. B_big) examples, taken *before* gradient clipping. Two scale factors commonly break that:
   * AMP loss scaling: gradients are multiplied by the loss scale S until `unscale_`. Either unscale before
-    computing the norms or pass `grad_scale=S` (both squared norms are divided by S^2). A scale that
+    computing the norms or pass `grad_scale=S` (both squared norms are divided by S^2); with
+    DistributedOptimizer, whose hooks see the scaled gradients, set
+    `optimizer.noise_scale_estimator.grad_scale = scaler.get_scale()` before each step. A scale that
     changes between steps would otherwise mix units inside the EMAs. Non-finite inputs (the steps that
     GradScaler skips) are ignored and counted in `skipped`.
   * Summed micro-batches: Horovod accumulates (sums) gradients over backward_passes_per_step; if the loss
@@ -50,30 +52,38 @@ from .advisor import Advisor
 
 class _BiasCorrectedEMA:
     """m_t = beta m_{t-1} + (1 - beta) x_t, reported as m_t / (1 - beta^t) so early values are not pulled
-    towards the zero initialisation (Adam's correction)."""
+    towards the zero initialisation (Adam's correction). One entry per group, kept as Python floats: this
+    runs every training step, where numpy's per-call overhead on 1-element arrays would dominate."""
 
-    def __init__(self, beta, shape):
+    def __init__(self, beta, n):
         self.beta = beta
         self.t = 0
-        self.m = np.zeros(shape)
+        self.m = [0.0] * n
 
-    def update(self, x):
+    def update(self, xs):
         self.t += 1
-        self.m = self.beta * self.m + (1.0 - self.beta) * x
+        b = self.beta
+        self.m = [b * m + (1.0 - b) * x for m, x in zip(self.m, xs)]
 
     def value(self):
         if self.t == 0:
             return None
-        return self.m / (1.0 - self.beta ** self.t)
+        c = 1.0 - self.beta ** self.t
+        return [m / c for m in self.m]
 
 
 def unbiased_estimates(local_sq_mean, global_sq, b_small, b_big):
-    """Per-step unbiased estimates (|G|^2, tr(Sigma)) from A_s, A_b (scalars or arrays)."""
-    a_s = np.asarray(local_sq_mean, dtype=np.float64)
-    a_b = np.asarray(global_sq, dtype=np.float64)
-    grad_sq = (b_big * a_b - b_small * a_s) / (b_big - b_small)
-    trace_sigma = (a_s - a_b) / (1.0 / b_small - 1.0 / b_big)
+    """Per-step unbiased estimates (|G|^2, tr(Sigma)) from A_s, A_b (floats or numpy arrays)."""
+    grad_sq = (b_big * global_sq - b_small * local_sq_mean) / (b_big - b_small)
+    trace_sigma = (local_sq_mean - global_sq) / (1.0 / b_small - 1.0 / b_big)
     return grad_sq, trace_sigma
+
+
+def _floats(x):
+    """A float, or a sequence/array of them, as a list of Python floats."""
+    if isinstance(x, (int, float)):
+        return [float(x)]
+    return [float(v) for v in np.asarray(x, dtype=np.float64).reshape(-1)]
 
 
 def _num(x):
@@ -158,25 +168,23 @@ class NoiseScaleEstimator:
     def update(self, local_sq_mean, global_sq, lr=None, grad_scale=None):
         """Feed one step: local_sq_mean = A_s (mean over workers of |g_k|^2 over B_small examples),
         global_sq = A_b (|mean gradient|^2 over B_big). Scalars, or vectors with one entry per group.
-        Returns the step's (unsmoothed) estimates as (grad_sq, trace_sigma) arrays, or None if ignored."""
+        Returns the step's (unsmoothed) estimates as (grad_sq, trace_sigma) lists, or None if ignored."""
         self.calls += 1
         if lr is not None:
             self.lr = float(lr)
         if not self.available:
             return None
-        a_s = np.asarray(local_sq_mean, dtype=np.float64).reshape(-1)
-        a_b = np.asarray(global_sq, dtype=np.float64).reshape(-1)
-        if a_s.shape != (len(self.group_names),) or a_b.shape != a_s.shape:
+        a_s, a_b = _floats(local_sq_mean), _floats(global_sq)
+        if len(a_s) != len(self.group_names) or len(a_b) != len(a_s):
             raise ValueError(f"expected {len(self.group_names)} value(s) per argument (one per group), got "
                              f"shapes {np.shape(local_sq_mean)} and {np.shape(global_sq)}")
-        if not (np.all(np.isfinite(a_s)) and np.all(np.isfinite(a_b))):
+        if not all(math.isfinite(v) for v in a_s + a_b):
             self.skipped += 1
             return None
         scale = self.grad_scale if grad_scale is None else float(grad_scale)
-        if scale != 1.0:
-            a_s = a_s / scale ** 2
-            a_b = a_b / scale ** 2
-        g, tr = unbiased_estimates(a_s, a_b, self.b_small, self.b_big)
+        inv = 1.0 / (scale * scale)
+        est = [unbiased_estimates(s_ * inv, b_ * inv, self.b_small, self.b_big) for s_, b_ in zip(a_s, a_b)]
+        g, tr = [e[0] for e in est], [e[1] for e in est]
         self._grad_sq.update(g)
         self._trace.update(tr)
         self.step += 1
@@ -203,14 +211,14 @@ class NoiseScaleEstimator:
         g, tr = self._grad_sq.value(), self._trace.value()
         if g is None:
             return None
-        return self._ratio(float(np.sum(g)), float(np.sum(tr)))
+        return self._ratio(sum(g), sum(tr))
 
     def report(self):
         """Dict with b_simple, grad_sq (|G|^2), trace_sigma (tr Sigma), b_small, b_big, step, temperature
         (lr / B_big), lr, and the advisor's fields once step times are known. None means undefined."""
         g, tr = self._grad_sq.value(), self._trace.value()
-        total_g = None if g is None else float(np.sum(g))
-        total_tr = None if tr is None else float(np.sum(tr))
+        total_g = None if g is None else sum(g)
+        total_tr = None if tr is None else sum(tr)
         rep = {
             "b_simple": self._ratio(total_g, total_tr),
             "grad_sq": _num(total_g),
@@ -253,7 +261,7 @@ class NoiseScaleEstimator:
         return head + f" | batch {self.global_batch}"
 
     def state_dict(self):
-        return {"grad_sq_m": self._grad_sq.m.tolist(), "trace_m": self._trace.m.tolist(),
+        return {"grad_sq_m": list(self._grad_sq.m), "trace_m": list(self._trace.m),
                 "t": self._grad_sq.t, "step": self.step, "skipped": self.skipped, "lr": self.lr,
                 "b_small": self.b_small, "b_big": self.b_big, "ema_beta": self.ema_beta}
 
@@ -261,8 +269,8 @@ class NoiseScaleEstimator:
         if (state["b_small"], state["b_big"]) != (self.b_small, self.b_big):
             raise ValueError(f"state is for b_small={state['b_small']}, b_big={state['b_big']}, this "
                              f"estimator has {self.b_small}, {self.b_big}")
-        self._grad_sq.m = np.asarray(state["grad_sq_m"], dtype=np.float64)
-        self._trace.m = np.asarray(state["trace_m"], dtype=np.float64)
+        self._grad_sq.m = [float(v) for v in state["grad_sq_m"]]
+        self._trace.m = [float(v) for v in state["trace_m"]]
         self._grad_sq.t = self._trace.t = int(state["t"])
         self.step, self.skipped, self.lr = int(state["step"]), int(state["skipped"]), state["lr"]
 

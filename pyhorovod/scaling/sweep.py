@@ -1,6 +1,6 @@
 """Steps-to-result sweep: how many steps each batch size needs to reach a target, tuned per batch size.
 
-    python -m pyhorovod.scaling.sweep --out benchmarks/results/sweep        (Fashion-MNIST, minutes)
+    python -m pyhorovod.scaling.sweep --jobs 2 --out sweep                 (Fashion-MNIST, minutes)
     python -m pyhorovod.scaling.sweep --train mypkg.mymod:trial ...          (a user's training function)
 
 Protocol (Shallue et al. 2018): for every batch size B, a quasi-random (Halton) search over the learning
@@ -119,38 +119,63 @@ def measure_run(trial, batch_size, hparams, targets, max_steps):
     return {"batch": batch_size, "hparams": hparams, "trajectory": traj, "b_simple_at_target": at}
 
 
+_POOL_TRIALS = None   # the trials, inherited by forked pool workers (never pickled: they hold the data)
+
+
+def _batch_task(task):
+    """All trials of one (series, batch size): the unit of work, run in the parent or a pool worker."""
+    name, b, hps, targets, ms, centre_lr, lr_width = task
+    r = run_batch(_POOL_TRIALS[name][1], b, hps, targets, ms)
+    r["max_steps"] = ms
+    best = _best_trial(r, targets[-1]) or _best_trial(r, targets[0])
+    if best is not None:
+        r["best_at_edge"] = abs(math.log10(best["hparams"]["lr_eff"] / centre_lr)) > 0.8 * lr_width
+    return name, b, r
+
+
 def sweep(trials, batch_sizes, targets, n_trials=8, n_train=60000, max_epochs=6.0, min_steps=400,
-          max_steps=20000, lr_center=1.0, lr_width=1.0, decay=True, measure_batch=None, log=print):
+          max_steps=20000, lr_center=1.0, lr_width=1.0, decay=True, measure_batch=None, log=print, jobs=1):
     """trials: {series name: (optimizer kind for the search space, trial callable)}. Returns the
-    JSON-ready result (see module doc)."""
+    JSON-ready result (see module doc). jobs > 1 runs the (series, batch size) units in that many forked
+    processes (one trial is single-threaded, so --jobs 2 uses both cores of a 2-core machine)."""
+    global _POOL_TRIALS
     targets = sorted(targets, reverse=True)   # loosest first; the last is the main target
     result = {"batch_sizes": list(batch_sizes), "targets": targets, "n_trials": n_trials,
               "lr_center": lr_center, "lr_width": lr_width, "decay": decay, "series": {}}
-    for name, (kind, trial) in trials.items():
-        t_series = time.perf_counter()
-        per_batch = {}
-        for b in batch_sizes:
-            hps = sample_hparams(kind, b, n_trials, lr_center, lr_width, decay)
-            ms = max_steps_for(b, n_train, max_epochs, min_steps, max_steps)
-            r = run_batch(trial, b, hps, targets, ms)
-            r["max_steps"] = ms
-            best = _best_trial(r, targets[-1]) or _best_trial(r, targets[0])
-            if best is not None:
-                edge = abs(math.log10(best["hparams"]["lr_eff"] / (lr_center * math.sqrt(b / 128.0))))
-                r["best_at_edge"] = edge > 0.8 * lr_width
-            per_batch[str(b)] = r
+    tasks = [(name, b, sample_hparams(kind, b, n_trials, lr_center, lr_width, decay), targets,
+              max_steps_for(b, n_train, max_epochs, min_steps, max_steps), lr_center * math.sqrt(b / 128.0),
+              lr_width) for name, (kind, _) in trials.items() for b in batch_sizes]
+    tasks.sort(key=lambda t: t[1])            # small batches (most steps) first: better load balance
+    _POOL_TRIALS = trials
+    per_series = {name: {} for name in trials}
+    if jobs > 1:
+        import multiprocessing
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        done = pool.imap_unordered(_batch_task, tasks)
+    else:
+        pool, done = None, map(_batch_task, tasks)
+    try:
+        for name, b, r in done:
+            per_series[name][str(b)] = r
             secs = sum(x["seconds"] for x in r["trials"])
             log(f"[sweep] {name} B={b}: steps " + ", ".join(
                 f"{t}->{r['steps'][str(t)]}" for t in targets) + f" ({secs:.1f}s)")
+    finally:
+        if pool is not None:
+            pool.terminate()
+    for name, (kind, trial) in trials.items():
+        per_batch = {str(b): per_series[name][str(b)] for b in batch_sizes}
         fits = {str(t): fit_steps(batch_sizes, [per_batch[str(b)]["steps"][str(t)] for b in batch_sizes])
                 for t in targets}
         series = {"kind": kind, "per_batch": per_batch, "fits": fits}
         mb = measure_batch or _nearest(batch_sizes, (fits[str(targets[-1])] or {}).get("b_crit"))
         best = _best_trial(per_batch[str(mb)], targets[-1]) or _best_trial(per_batch[str(mb)], targets[0])
+        t_measure = time.perf_counter()
         if best is not None and _accepts_measure(trial):
             series["measure"] = measure_run(trial, mb, best["hparams"], targets,
                                             per_batch[str(mb)]["max_steps"])
-        series["seconds"] = round(time.perf_counter() - t_series, 1)
+        series["seconds"] = round(sum(x["seconds"] for r in per_batch.values() for x in r["trials"])
+                                  + time.perf_counter() - t_measure, 1)
         for t in targets:
             f, bs = fits[str(t)], series.get("measure", {}).get("b_simple_at_target", {}).get(str(t))
             log(f"[sweep] {name} target {t}: B_crit=" + ("n/a" if f is None else f"{f['b_crit']:.0f}, S_min="
@@ -195,7 +220,8 @@ def _parser():
     p.add_argument("--train", default=None, help="module:function, a user trial (see trial.py)")
     p.add_argument("--user-n-train", type=int, default=60000, help="training-set size for a user trial")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per trial")
+    p.add_argument("--jobs", type=int, default=1, help="batch sizes trained in parallel (forked processes)")
     p.add_argument("--out", default="sweep", help="output prefix: writes OUT.json and OUT.png")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
@@ -206,8 +232,8 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     batch_sizes = sorted(int(b) for b in args.batch_sizes.split(","))
     targets = [float(t) for t in args.targets.split(",")]
-    if not batch_sizes or batch_sizes[0] < 1 or args.trials < 1 or not targets:
-        raise ValueError("need positive batch sizes, --trials >= 1 and at least one target")
+    if not batch_sizes or batch_sizes[0] < 1 or args.trials < 1 or not targets or args.jobs < 1:
+        raise ValueError("need positive batch sizes, --trials >= 1, --jobs >= 1 and at least one target")
     if args.measure_batch is not None and args.measure_batch not in batch_sizes:
         raise ValueError(f"--measure-batch {args.measure_batch} is not one of --batch-sizes")
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
@@ -229,7 +255,8 @@ def main(argv=None):
             n_train = len(tr.x)
             trials[opt] = (opt, _MeasuringTrial(tr, args.measure_workers))
     res = sweep(trials, batch_sizes, targets, args.trials, n_train, args.max_epochs, args.min_steps,
-                args.max_steps, args.lr_center, args.lr_width, not args.no_decay, args.measure_batch, log)
+                args.max_steps, args.lr_center, args.lr_width, not args.no_decay, args.measure_batch, log,
+                args.jobs)
     res.update(metric=args.metric, argv=list(sys.argv[1:] if argv is None else argv),
                seconds=round(time.perf_counter() - t0, 1))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -30,7 +30,6 @@ part the time from the submission of the step's last gradient to the end of sync
 import os
 import time
 
-import numpy as np
 import torch
 
 from pyhorovod import _api, basics
@@ -139,22 +138,25 @@ class NoiseScaleTap:
         """After synchronize: A_s from the extra allreduce (or the micro-batches), A_b from the reduced
         gradients (params: the parameters of reduced_grads, for per-group sums)."""
         if self.micro:
-            a_s = self._micro_sq.mean(dim=0).numpy()
+            a_s = self._micro_sq.mean(dim=0).tolist()
             self._micro_sq.zero_()
             self._prev.clear()
         else:
             if self._handle is None:
                 self.start()
-            a_s = ops.synchronize(self._handle).double().cpu().numpy()
+            a_s = ops.synchronize(self._handle).tolist()
             self._handle = None
         self._local = None
         self._step += 1
         groups = [self._group(params[i] if params is not None else None) for i in range(len(reduced_grads))]
-        a_b = np.array(self._sq_sums(reduced_grads, groups, self._ngroups))
+        a_b = self._sq_sums(reduced_grads, groups, self._ngroups)
+        div = 1.0
         if self.op == _api.Sum:      # the reduced gradient is a sum over workers: G is its mean
-            a_b /= self.workers ** 2
+            div *= self.workers ** 2
         if self.micro:               # S_m sums the m micro-batch gradients: their mean is S_m / m
-            a_b /= self.passes ** 2
+            div *= self.passes ** 2
+        if div != 1.0:
+            a_b = [v / div for v in a_b]
         now = time.perf_counter()
         if self._last_finish is not None:
             sync = 0.0 if self._started_at is None else min(now - self._started_at, now - self._last_finish)

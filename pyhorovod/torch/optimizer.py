@@ -209,24 +209,46 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._noise_tap is not None and self._requires_update:
             self._noise_tap.start()
         reduced, reduced_params = [], []
-        for key, (handle, ctx) in list(self._handles.items()):
-            if isinstance(key, tuple):
-                outputs = ops.synchronize(handle)
-                for gp, output, gctx in zip(key, outputs, ctx):
-                    self._allreduce_delay[gp] = self.backward_passes_per_step
-                    self._set_grad(gp, self._compression.decompress(output, gctx))
-                    reduced.append(gp.grad)
-                    reduced_params.append(gp)
-            else:
-                output = handle() if callable(handle) else ops.synchronize(handle)
-                self._allreduce_delay[key] = self.backward_passes_per_step
-                self._set_grad(key, output if callable(handle) else self._compression.decompress(output, ctx))
-                reduced.append(key.grad)
-                reduced_params.append(key)
+        try:
+            for key, (handle, ctx) in list(self._handles.items()):
+                if isinstance(key, tuple):
+                    outputs = ops.synchronize(handle)
+                    for gp, output, gctx in zip(key, outputs, ctx):
+                        self._allreduce_delay[gp] = self.backward_passes_per_step
+                        self._set_grad(gp, self._compression.decompress(output, gctx))
+                        reduced.append(gp.grad)
+                        reduced_params.append(gp)
+                else:
+                    output = handle() if callable(handle) else ops.synchronize(handle)
+                    self._allreduce_delay[key] = self.backward_passes_per_step
+                    self._set_grad(key, output if callable(handle) else self._compression.decompress(output, ctx))
+                    reduced.append(key.grad)
+                    reduced_params.append(key)
+        except BaseException:
+            self._abandon_step()
+            raise
         self._handles.clear()
         self._synchronized = True
         if self._noise_tap is not None and self._requires_update:
             self._noise_tap.finish(reduced, self._lrs_for_step()[0], reduced_params)
+
+    def _abandon_step(self):
+        """After a failed synchronize (the error propagates out of step(), so the wrapped optimizer never
+        runs on partly reduced gradients): wait out every other allreduce still in flight -- the engine may
+        be writing into those gradients -- and forget them, so that zero_grad()/backward()/step() can go on
+        (e.g. after a timeout, which leaves the engine usable)."""
+        for handle, _ in list(self._handles.values()):
+            if handle is not None and not callable(handle):
+                try:
+                    ops.synchronize(handle)
+                except Exception:  # noqa: BLE001 -- failed or already synchronized: either way it is done
+                    pass
+        self._handles.clear()
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for group in self._group_counts:
+            self._group_counts[group] = 0
+        self._synchronized = False
 
     @staticmethod
     def _set_grad(p, value):

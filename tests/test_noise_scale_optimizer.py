@@ -22,7 +22,25 @@ def dist_body(configs):
     import torch
     import pyhorovod.torch as hvd
     hvd.init()
-    return [_one_step(hvd, *c) for c in configs]
+    return {"steps": [_one_step(hvd, *c) for c in configs], "every": _measured_steps_with_every(hvd, 2)}
+
+
+def _measured_steps_with_every(hvd, every):
+    """PYHOROVOD_NOISE_SCALE_EVERY=2 over 5 steps: steps 0, 2, 4 are measured."""
+    import os
+    import torch
+    os.environ["PYHOROVOD_NOISE_SCALE_EVERY"] = str(every)
+    try:
+        model = torch.nn.Linear(3, 2)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), batch_size=2,
+                                       named_parameters=model.named_parameters(), measure_noise_scale=True)
+    finally:
+        del os.environ["PYHOROVOD_NOISE_SCALE_EVERY"]
+    for i in range(5):
+        opt.zero_grad()
+        model(torch.full((2, 3), float(hvd.rank() + i))).pow(2).sum().backward()
+        opt.step()
+    return opt.noise_scale_report()["step"]
 
 
 def _one_step(hvd, bpps, clip, per_group, amp_scale, adascale=False):
@@ -79,7 +97,8 @@ def test_distributed_optimizer_measures_the_exact_step_values(size, configs):
     from mp import run_ranks
     results = run_ranks(dist_body, size, timeout=120, args=(configs,))
     for res in results:
-        for out in res.value:
+        assert res.value["every"] == (3 if size > 1 else 0)   # one worker, one micro-batch: no estimate
+        for out in res.value["steps"]:
             (bpps, per_group, _, _, adascale), rep = out["config"], out["rep"]
             a_s, a_b = out["a_s"], out["a_b"]
             if size == 1 and bpps == 1:

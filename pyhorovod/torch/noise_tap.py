@@ -23,8 +23,12 @@ one copy of the gradients and is only done in that mode.
 AMP: gradients are those of the scaled loss until unscale_; set optimizer.noise_scale_estimator
 .grad_scale = scaler.get_scale() each step (the estimator divides by its square) -- see noise_scale.py.
 
-Rank 0 prints the estimator's one-line summary every PYHOROVOD_NOISE_SCALE_LOG_EVERY steps (default 100;
-0: never). Step times for the advisor: the wall time between consecutive steps, and as its communication
+Rank 0 prints the estimator's one-line summary every PYHOROVOD_NOISE_SCALE_LOG_EVERY measured steps
+(default 100; 0: never). PYHOROVOD_NOISE_SCALE_EVERY=k measures only every k-th step (default 1): the
+cost per step falls k-fold and the EMAs span k times more steps; every rank skips the same steps, so the
+extra allreduce stays matched.
+
+Step times for the advisor: the wall time between consecutive steps, and as its communication
 part the time from the submission of the step's last gradient to the end of synchronize.
 """
 import os
@@ -49,6 +53,9 @@ class NoiseScaleTap:
         self._group_of = {id(p): i for i, g in enumerate(groups) for p in g["params"]}
         ngroups = max(1, len(groups))
         log_every = int(os.environ.get("PYHOROVOD_NOISE_SCALE_LOG_EVERY", "100"))
+        self.every = int(os.environ.get("PYHOROVOD_NOISE_SCALE_EVERY", "1"))
+        if self.every < 1 or log_every < 0:
+            raise ValueError("PYHOROVOD_NOISE_SCALE_EVERY must be >= 1, PYHOROVOD_NOISE_SCALE_LOG_EVERY >= 0")
         log_fn = (lambda line: print(line, flush=True)) if basics.rank() == 0 else None
         self.estimator = NoiseScaleEstimator.for_config(
             int(batch_size), int(workers), int(backward_passes_per_step), groups=ngroups,
@@ -67,6 +74,11 @@ class NoiseScaleTap:
         self._step = 0
         self._last_finish = None
         self._started_at = None
+
+    @property
+    def active(self):
+        """Whether this step is measured (PYHOROVOD_NOISE_SCALE_EVERY)."""
+        return self._step % self.every == 0
 
     def _group(self, param):
         return self._group_of.get(id(param), 0) if param is not None else 0
@@ -97,7 +109,7 @@ class NoiseScaleTap:
 
     def on_pass(self, param):
         """Micro mode: called from the parameter's hook after every backward pass (p.grad = S_j)."""
-        if not self.micro or param.grad is None:
+        if not self.micro or param.grad is None or not self.active:
             return
         seen, prev = self._prev.get(param, (0, None))
         cur = param.grad.detach()
@@ -109,6 +121,8 @@ class NoiseScaleTap:
 
     def accumulate(self, grad, param=None):
         """Adds |grad|^2 of one parameter (called as its allreduce starts)."""
+        if not self.active:
+            return
         norm = self._norm(grad)
         if self._local is None:
             self._local = ([0.0] * self._ngroups if norm.device.type == "cpu" else
@@ -120,7 +134,7 @@ class NoiseScaleTap:
 
     def start(self):
         """Submits the allreduce of local |g_k|^2 (once per step, after the last gradient)."""
-        if self._handle is not None or self.micro:
+        if self._handle is not None or self.micro or not self.active:
             return
         self._started_at = time.perf_counter()
         local = [0.0] * self._ngroups if self._local is None else self._local
@@ -132,11 +146,15 @@ class NoiseScaleTap:
 
     @property
     def started(self):
-        return self._handle is not None or self.micro
+        return self._handle is not None or self.micro or not self.active
 
     def finish(self, reduced_grads, lr, params=None):
         """After synchronize: A_s from the extra allreduce (or the micro-batches), A_b from the reduced
         gradients (params: the parameters of reduced_grads, for per-group sums)."""
+        if not self.active:
+            self._step += 1
+            self._last_finish = time.perf_counter()
+            return
         if self.micro:
             a_s = self._micro_sq.mean(dim=0).tolist()
             self._micro_sq.zero_()

@@ -16,6 +16,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 RECORD_PREFIX = "@@BENCH "   # workers print one JSON record per line after this marker
@@ -152,41 +153,44 @@ def _tail(text, lines=25):
 
 def run_group(cmds_envs, timeout_s, label):
     """Start one process per (argv, env) pair, wait for all with a hard deadline, return their stdout
-    texts. On a failure or timeout every process is killed and the error shows each rank's output."""
-    procs = []
+    texts. As soon as one fails (or the deadline passes) every process is killed, and the error shows
+    each one's output. Each process's pipes are drained by a thread of their own, so a chatty rank
+    can never block on a full pipe while we wait for another."""
+    procs, outs, threads = [], [], []
     for argv, env in cmds_envs:
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, start_new_session=True))
+        outs.append(["", ""])
+    for i, p in enumerate(procs):
+        def drain(i=i, p=p):
+            outs[i][0], outs[i][1] = p.communicate()
+        threads.append(threading.Thread(target=drain, daemon=True))
+        threads[-1].start()
     deadline = time.monotonic() + timeout_s
-    outs = [None] * len(procs)
-    failed = False
-    try:
-        for i, p in enumerate(procs):
-            left = max(0.1, deadline - time.monotonic())
-            try:
-                outs[i] = p.communicate(timeout=left)
-            except subprocess.TimeoutExpired:
-                failed = True
-                break
-            if p.returncode != 0:
-                failed = True
-                break
-    finally:
-        if failed:
-            for p in procs:
-                if p.poll() is None:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            for i, p in enumerate(procs):
-                if outs[i] is None:
-                    try:
-                        outs[i] = p.communicate(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        outs[i] = ("", "(no output: process did not exit)")
+    failed = timed_out = False
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):
+            failed = True
+            break
+        if all(c == 0 for c in codes):
+            break
+        if time.monotonic() > deadline:
+            failed = timed_out = True
+            break
+        time.sleep(0.02)
     if failed:
-        msg = [f"{label}: a process failed or timed out after {timeout_s:.0f}s"]
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    for t in threads:
+        t.join(timeout=10)
+    if failed:
+        why = f"timed out (limit {timeout_s:.0f}s)" if timed_out else "a process failed"
+        msg = [f"{label}: {why}; exit codes {[p.returncode for p in procs]} (the others were then killed)"]
         for i, (p, (so, se)) in enumerate(zip(procs, outs)):
             msg.append(f"--- process {i} (exit {p.returncode}) stdout ---\n{_tail(so or '')}")
             msg.append(f"--- process {i} stderr ---\n{_tail(se or '')}")

@@ -12,7 +12,11 @@ the medians, never one absolute time. The ranks are spawned in this process's se
 the kernel's scheduler autogroups, a rank per session (as tests/mp.py does, for clean kills) makes every
 cross-process wake-up several times slower and would measure the scheduler, not the engine.
 
-    python benchmarks/engine_latency.py [--sizes 2 4] [--rounds 15] [--iters 200] [--json out.json]
+Latency columns: raw (Communicator.allreduce), direct (_core.Engine.enqueue + wait), sync
+(_core.Engine.run_sync), api_async (allreduce_async + synchronize), api (pyhorovod.allreduce); each
+with the process's CPU time per call (caller + engine thread). --tensors 0 skips the fusion burst.
+
+    python benchmarks/engine_latency.py [--sizes 1 2 4] [--rounds 15] [--iters 200] [--tensors 0] [--json out.json]
 """
 import argparse
 import json
@@ -53,18 +57,42 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
     tensors = [np.full(tensor_bytes // 4, hvd.rank() + 1, np.float32) for _ in range(ntensors)]
     n = hvd.size()
 
-    def raw_latency():
+    def timed(body):
+        """(wall seconds, CPU seconds of the whole process: caller + engine thread) per call."""
+        t, c = time.perf_counter(), time.process_time()
+        body()
+        return (time.perf_counter() - t) / iters, (time.process_time() - c) / iters
+
+    def raw_body():
         buf = one.copy()
-        t = time.perf_counter()
         for _ in range(iters):
             comm.allreduce(buf, _core.FLOAT32, _core.SUM, 30.0)
-        return (time.perf_counter() - t) / iters
 
-    def api_latency():
-        t = time.perf_counter()
+    def api_body():  # the public API: synchronous pyhorovod.allreduce
         for _ in range(iters):
             hvd.allreduce(one, op=hvd.Sum, name="lat")
-        return (time.perf_counter() - t) / iters
+
+    def api_async_body():  # the handle path (what allreduce did before the synchronous fast path)
+        for _ in range(iters):
+            hvd.synchronize(hvd.allreduce_async(one, op=hvd.Sum, name="lat"))
+
+    out = np.empty_like(one)
+    ptrs = (one.__array_interface__["data"][0], out.__array_interface__["data"][0])
+
+    def direct_body():  # _core.Engine.enqueue + wait, no Python layers
+        e = basics.engine()
+        for _ in range(iters):
+            e.wait(e.enqueue(_core.ALLREDUCE, "d", _core.FLOAT32, [1], ptrs[0], ptrs[1]))
+
+    def sync_body():  # _core.Engine.run_sync, no Python layers
+        e = basics.engine()
+        for _ in range(iters):
+            e.run_sync(_core.ALLREDUCE, "s", _core.FLOAT32, [1], one, out, 0, 1.0, 1.0, 0, 0, 0.0)
+
+    has_sync = hasattr(_core.Engine, "run_sync")
+    latency = {"raw": raw_body, "api": api_body, "api_async": api_async_body, "direct": direct_body}
+    if has_sync:
+        latency["sync"] = sync_body
 
     def burst(tag):
         reps = max(1, iters // 20)
@@ -78,14 +106,24 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
 
     # The fusion threshold is fixed at init, so every round runs two engine generations (re-init is
     # outside the timed parts): default threshold (raw, API, fused burst), then threshold 0 (unfused).
-    rec = {"raw": [], "api": [], "fused": [], "unfused": []}
+    rec = {k: [] for k in latency}
+    rec.update({k + "_cpu": [] for k in latency})
+    if ntensors:
+        rec.update(fused=[], unfused=[])
     hvd.shutdown()
     for _ in range(rounds):
         os.environ.pop("HOROVOD_FUSION_THRESHOLD", None)
         hvd.init()
-        raw_latency(), api_latency(), burst("warm")
-        rec["raw"].append(raw_latency())
-        rec["api"].append(api_latency())
+        for body in latency.values():
+            timed(body)  # warm-up
+        for k, body in latency.items():
+            wall, cpu = timed(body)
+            rec[k].append(wall)
+            rec[k + "_cpu"].append(cpu)
+        if not ntensors:
+            hvd.shutdown()
+            continue
+        burst("warm")
         rec["fused"].append(burst("b"))
         hvd.shutdown()
         os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
@@ -151,8 +189,12 @@ def main():
         rec = spawn(n, args)
         med = {k: statistics.median(v) for k, v in rec.items()}
         report[n] = {"medians_s": med, "rounds": rec}
-        print(f"n={n}: 1-float allreduce  raw core {med['raw'] * 1e6:8.1f} us   API (engine) {med['api'] * 1e6:8.1f} us"
-              f"   ratio {med['api'] / med['raw']:.2f}x")
+        cols = [k for k in ("raw", "direct", "sync", "api_async", "api") if k in med]
+        print(f"n={n}: 1-float allreduce, median us per call (wall / process CPU), ratio to raw core:")
+        for k in cols:
+            print(f"    {k:10s} {med[k] * 1e6:8.1f} / {med[k + '_cpu'] * 1e6:8.1f}   {med[k] / med['raw']:5.2f}x")
+        if "fused" not in med:
+            continue
         mb = args.tensors * args.tensor_bytes / 1e6
         print(f"n={n}: {args.tensors} x {args.tensor_bytes} B burst  fused {med['fused'] * 1e3:8.2f} ms"
               f" ({mb / med['fused']:.0f} MB/s)   unfused {med['unfused'] * 1e3:8.2f} ms"

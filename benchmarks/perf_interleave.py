@@ -14,7 +14,8 @@ getrusage) per call of every rank, which does not depend on how the load shares 
 
 Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo.
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
-small=BYTES (small-message threshold), spin=US, yield=0|1, alg=ring|small, e.g. core-tcp:seg=1048576,win=2.
+small=BYTES (small-message threshold), spin=US, yield=0|1, alg=ring|small, env.NAME=VALUE (an environment
+variable set while this communicator is built), e.g. core-tcp:seg=1M,win=2.
 """
 import argparse
 import json
@@ -57,6 +58,10 @@ def cpu_s():
     return r.ru_utime + r.ru_stime
 
 
+def sys_s():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 # ------------------------------------------------------------------------------------------ worker side
 
 class Core:
@@ -71,9 +76,12 @@ class Core:
         o.shm_enable = base == "core"
         t = _core.Tuning()
         self.alg = "auto"
+        saved = dict(os.environ)
         for kv in filter(None, opts.split(",")):
             k, v = kv.split("=")
-            if k == "seg":
+            if k.startswith("env."):  # a variable read while the communicator is built (experiment knobs)
+                os.environ[k[4:]] = v
+            elif k == "seg":
                 t.segment_bytes = parse_size(v)
             elif k == "win":
                 t.max_segments_in_flight = int(v)
@@ -89,6 +97,8 @@ class Core:
                 raise ValueError(f"unknown core option {k!r}")
         o.tuning = t
         self.comm = _core.Communicator(o)
+        os.environ.clear()
+        os.environ.update(saved)
 
     def allreduce(self, a):
         self.comm.allreduce(a, self.c.FLOAT32, self.c.SUM, TIMEOUT_S, self.alg)
@@ -172,11 +182,11 @@ def worker(args):
             for c in order:
                 o, a = objs[c], bufs[c]
                 o.barrier()
-                c0, t0 = cpu_s(), time.perf_counter()
+                s0, c0, t0 = sys_s(), cpu_s(), time.perf_counter()
                 for _ in range(iters):
                     o.allreduce(a)
-                t1, c1 = time.perf_counter(), cpu_s()
-                recs.append((c, nbytes, rnd, (t1 - t0) / iters, (c1 - c0) / iters))
+                t1, c1, s1 = time.perf_counter(), cpu_s(), sys_s()
+                recs.append((c, nbytes, rnd, (t1 - t0) / iters, (c1 - c0) / iters, (s1 - s0) / iters))
         for c in cands:
             if np.count_nonzero(bufs[c]):
                 raise SystemExit(f"rank {rank}: {c} {nbytes} B: zeros did not stay zero")
@@ -198,10 +208,11 @@ def report(allr, n, label):
     # key (cand, bytes, round) -> max wall over ranks, mean cpu over ranks
     by = {}
     for recs, _ in allr:
-        for c, b, r, wall, cpu in recs:
-            d = by.setdefault((c, b, r), [[], []])
+        for c, b, r, wall, cpu, sys_ in recs:
+            d = by.setdefault((c, b, r), [[], [], []])
             d[0].append(wall)
             d[1].append(cpu)
+            d[2].append(sys_)
     cands, sizes = [], []
     for (c, b, _r) in by:
         if c not in cands:
@@ -210,8 +221,9 @@ def report(allr, n, label):
             sizes.append(b)
     sizes.sort()
     print(f"\n# allreduce float32, n={n} {label}: median over rounds of (slowest rank wall per call);"
-          f" cpu = mean over ranks of user+sys per call; ratio = median over rounds of wall(cand)/wall({cands[0]})")
-    hdr = f"{'size':>6} {'cand':28s} {'wall(us)':>10} {'busbw(GB/s)':>11} {'cpu(us)':>10} {'ratio':>7} {'min..max(us)':>18}"
+          f" cpu = mean over ranks of user+sys per call (sys: the kernel's part); ratio = median over rounds of wall(cand)/wall({cands[0]})")
+    hdr = (f"{'size':>6} {'cand':28s} {'wall(us)':>10} {'busbw(GB/s)':>11} {'cpu(us)':>10} {'sys(us)':>9}"
+           f" {'ratio':>7} {'min..max(us)':>18}")
     print(hdr)
     out = []
     for b in sizes:
@@ -220,12 +232,14 @@ def report(allr, n, label):
         for c in cands:
             walls = {r: max(by[(c, b, r)][0]) for r in rounds if (c, b, r) in by}
             cpus = [statistics.fmean(by[(c, b, r)][1]) for r in rounds if (c, b, r) in by]
+            syss = [statistics.fmean(by[(c, b, r)][2]) for r in rounds if (c, b, r) in by]
             w = statistics.median(walls.values())
             ratio = statistics.median(walls[r] / ref[r] for r in walls if r in ref)
             busbw = b / w / 1e9 * 2 * (n - 1) / n
             print(f"{fmt_size(b):>6} {c:28s} {w * 1e6:10.1f} {busbw:11.3f} {statistics.median(cpus) * 1e6:10.1f}"
+                  f" {statistics.median(syss) * 1e6:9.1f}"
                   f" {ratio:7.3f} {min(walls.values()) * 1e6:8.0f}..{max(walls.values()) * 1e6:<8.0f}")
-            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus),
+            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus), "sys_s": statistics.median(syss),
                         "ratio_to_first": ratio, "rounds": len(walls)})
     print("peak RSS per rank (MiB): " + ", ".join(f"{kb / 1024:.0f}" for _, kb in allr))
     return out
@@ -251,7 +265,11 @@ def main():
     env = dict(os.environ, PERF_PORT=str(free_port()), PERF_GLOO_PORT=str(free_port()),
                PERF_SECRET=secrets.token_hex(16))
     env["PYTHONPATH"] = ROOT + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(args.np)]
+    # numpy's OpenBLAS threads busy-wait after any BLAS call and showed up as ~8% of a rank's samples
+    # (perf record); none of the candidates needs them.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(args.np),
+            "-x", "OPENBLAS_NUM_THREADS", "-x", "PYTHONPATH"]
     if args.mpi_tcp:
         argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
     argv += [sys.executable, os.path.abspath(__file__), "--worker"] + [a for a in sys.argv[1:] if a != "--mpi-tcp"]

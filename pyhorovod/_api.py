@@ -53,6 +53,7 @@ class Op:
     group: int = 0
     group_size: int = 0
     timeout: float = 0.0   # seconds; 0: the engine's default (PYHOROVOD_TIMEOUT_SECONDS)
+    stream: int = 0        # device >= 0: the producer's cudaStream_t (0 = legacy default stream)
 
 
 @dataclasses.dataclass
@@ -149,7 +150,7 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
                 op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
                 reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
                 root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
-                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout)))
+                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream))
     except Exception as e:
         if handles:
             with _lock:
@@ -162,6 +163,27 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
     with _lock:
         _handles[handle] = _Entry(handles, keepalive, finalize)
     return handle
+
+
+def run_sync(op_type: int, name: str, dtype: int, shape, input, output, reduce_op: int, prescale: float,
+             postscale: float, root: int, process_set: int, timeout: float):
+    """The synchronous fast path for one host request (arguments checked already, name given): enqueue
+    and wait in one engine call, so no handle, no Op record and no wake-up of the engine thread. input /
+    output are the buffer objects themselves (kept alive by the caller for the call). Errors are mapped
+    as submit() + synchronize() map them."""
+    try:
+        return basics.engine().run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
+                                        postscale, root, process_set, timeout)
+    except Exception as e:
+        mapped = translate(e)
+        if mapped is e:
+            raise
+        raise mapped from e
+
+
+def auto_name(op_type: int, process_set: int) -> str:
+    """The next "<op>.noname.<n>" name (shared by the handle and the synchronous paths)."""
+    return _auto_name(op_type, process_set)
 
 
 def _auto_name(op_type: int, process_set: int) -> str:

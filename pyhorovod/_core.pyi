@@ -39,13 +39,14 @@ class TcpStore:
 class Tuning:
     alpha_s: float; beta_bytes_per_s: float; segment_bytes: int; small_threshold_bytes: int
     max_segments_in_flight: int
+    alpha_shm_s: float; gamma_bytes_per_s: float   # shared-memory hop latency; reduction throughput
 
 class ConnectOptions:
     rank: int; size: int; local_rank: int; local_size: int
     store_host: str; store_port: int; secret: bytes; bind_host: str; store_prefix: str
     connect_timeout_s: float; shm_enable: bool; tuning: Tuning
     shm_spin_us: int       # shared memory: poll the rings this long before sleeping (-1: automatic)
-    shm_spin_yield: int    # shared memory: yield the CPU while polling: 1, 0, -1 (automatic)
+    shm_spin_yield: int    # shared memory: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
 
 class Communicator:
     """Collectives on the calling thread, no engine: the raw core (tests of algorithms, benchmarks).
@@ -69,8 +70,15 @@ class EngineOptions:
     timeline_path: str; timeline_mark_cycles: bool; timeout_s: float
     dynamic_process_sets: bool; process_sets: list; log_level: int
 
+class DeviceBuffer:
+    # allgather/alltoall output of CUDA tensors: engine-owned device memory, flat uint8, wrapped without a
+    # copy by torch.as_tensor / cupy.asarray through __cuda_array_interface__ (which keeps it alive).
+    nbytes: int; device: int; ptr: int
+    __cuda_array_interface__: dict
+
 class Result:
-    output: Optional[Any]          # numpy uint8 array owning the engine's output bytes (allgather/alltoall)
+    output: Optional[Any]          # numpy uint8 array owning the engine's output bytes (allgather/alltoall);
+                                   # a DeviceBuffer for CUDA requests
     output_shape: list
     received_splits: list
     value: int
@@ -80,10 +88,18 @@ class Engine:
     def enqueue(self, op_type: int, name: str, dtype: int, shape: Sequence[int], input_ptr: int,
                 output_ptr: int, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
                 root: int = 0, splits: Sequence[int] = (), process_set: int = 0, device: int = -1,
-                group: int = 0, group_size: int = 0, timeout_s: float = 0.0) -> int: ...
+                group: int = 0, group_size: int = 0, timeout_s: float = 0.0, stream: int = 0) -> int: ...
+    # device >= 0: input/output are CUDA pointers and stream the cudaStream_t they were written on
+    # (0 = legacy default stream); builds without the GPU backend refuse the request (ValueError).
     # Python keeps the input/output objects alive until wait() returns (pyhorovod/_api.py's handle table).
     def poll(self, handle: int) -> bool: ...
     def wait(self, handle: int) -> Result: ...
+    def run_sync(self, op_type: int, name: str, dtype: int, shape: Sequence[int], input: Any, output: Any,
+                 reduce_op: int, prescale: float, postscale: float, root: int, process_set: int,
+                 timeout_s: float) -> Result: ...
+    # enqueue + wait in one call (host buffers only, device -1; positional arguments are fastest): the
+    # calling thread runs the negotiation round without waking the engine thread. input/output: an int
+    # pointer or a C-contiguous buffer-protocol object (output writable; None for allgather/alltoall).
     def add_process_set(self, ranks: Sequence[int]) -> int: ...
     def remove_process_set(self, id: int) -> None: ...
     def process_set_ranks(self, id: int) -> list: ...

@@ -139,17 +139,49 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             process_set, dtype, timeout)
 
 
+# dtype -> _core code of the dtypes seen so far (dtype_code costs microseconds: dtype.name is Python code)
+_CODE_CACHE = {}
+
+
+def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, process_set, dtype, timeout):
+    """allreduce/allreduce_ without a handle: the same checks, in the same order, as _allreduce_async,
+    then one engine call (enqueue + wait, the GIL released once; see _api.run_sync). Per-call work is
+    kept to what a lone small tensor needs: its latency is mostly this function (issue 6)."""
+    if process_set is global_process_set and process_set.process_set_id == 0:
+        ps_id = 0
+    else:
+        ps_id = process_sets.resolve(process_set).process_set_id
+    timeout = 0.0 if timeout is None else _api.check_timeout(timeout)
+    op = _api.resolve_op(op, average)
+    what = "allreduce_" if inplace else "allreduce"
+    prescale, postscale = float(prescale), float(postscale)
+    if type(tensor) is np.ndarray and tensor.flags.c_contiguous and (not inplace or tensor.flags.writeable):
+        arr = tensor
+    else:
+        arr = _as_array(tensor, what, writable=inplace)
+    code = _CODE_CACHE.get(arr.dtype) if dtype is None else None
+    if code is None:
+        code = dtype_code(arr, dtype, what)
+        if dtype is None:
+            _CODE_CACHE[arr.dtype] = code
+    _api.check_reduce(op, code, prescale, postscale)
+    out = arr if inplace else np.empty_like(arr, order="C")
+    _api.run_sync(_core.ALLREDUCE, name or _api.auto_name(_core.ALLREDUCE, ps_id), code, arr.shape, arr, out,
+                  op, prescale, postscale, 0, ps_id, timeout)
+    return tensor if inplace else out
+
+
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, dtype=None, timeout=None):
     """Reduction over all ranks of the set (default op: Average, as Horovod), into a new array."""
-    return _api.synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                            process_set, dtype, timeout))
+    return _allreduce_sync(tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
+                           dtype, timeout)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set, dtype=None, timeout=None):
-    return _api.synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                             process_set, dtype, timeout))
+    return _allreduce_sync(tensor, True, average, name, op, prescale_factor, postscale_factor, process_set,
+                           dtype, timeout)
 
 
 def grouped_allreduce_async(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
@@ -298,3 +330,63 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
                   postscale_factor=1.0, dtype=None, timeout=None):
     return _api.synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                 postscale_factor, dtype, timeout))
+
+
+# ---------------------------------------------------------------- CUDA arrays (issue 9)
+
+def _route_cuda_arrays():
+    """Objects with __cuda_array_interface__ (CuPy arrays) go to pyhorovod._cuda_arrays; numpy arrays pay
+    one type check and one call frame for it."""
+    import inspect
+    from pyhorovod import _cuda_arrays as ca
+    g = globals()
+    sync = _api.synchronize
+
+    def ar(inplace, grouped):
+        return lambda a: ca.allreduce_async(list(a["tensors"]) if grouped else [a["tensor"]], inplace, grouped,
+                                            a["average"], a["name"], a["op"], a["prescale_factor"],
+                                            a["postscale_factor"], a["process_set"], a["dtype"], a["timeout"])
+
+    def bc(inplace):
+        return lambda a: ca.broadcast_async(a["tensor"], a["root_rank"], a["name"], a["process_set"], a["dtype"],
+                                            inplace, a["timeout"])
+
+    ag = lambda a: ca.allgather_async(a["tensor"], a["name"], a["process_set"], a["dtype"], a["timeout"])
+    a2a = lambda a: ca.alltoall_async(a["tensor"], a["splits"], a["name"], a["process_set"], a["dtype"],
+                                      a["timeout"])
+    rs = lambda a: ca.reducescatter_async(a["tensor"], a["name"], a["op"], a["process_set"], a["prescale_factor"],
+                                          a["postscale_factor"], a["dtype"], a["timeout"])
+    routes = {"allreduce_async": (ar(False, False), False), "allreduce_async_": (ar(True, False), False),
+              "allreduce": (ar(False, False), True), "allreduce_": (ar(True, False), True),
+              "grouped_allreduce_async": (ar(False, True), False), "grouped_allreduce_async_": (ar(True, True), False),
+              "grouped_allreduce": (ar(False, True), True), "grouped_allreduce_": (ar(True, True), True),
+              "allgather_async": (ag, False), "allgather": (ag, True),
+              "broadcast_async": (bc(False), False), "broadcast_async_": (bc(True), False),
+              "broadcast": (bc(False), True), "broadcast_": (bc(True), True),
+              "alltoall_async": (a2a, False), "alltoall": (a2a, True),
+              "reducescatter_async": (rs, False), "reducescatter": (rs, True)}
+
+    def hook(name, route, wait):
+        plain = g[name]
+        sig = inspect.signature(plain)
+        grouped = name.startswith("grouped")
+
+        def f(*args, **kw):
+            tensor = args[0] if args else kw.get("tensors" if grouped else "tensor")
+            if type(tensor) is not np.ndarray:
+                probe = tensor[0] if grouped and tensor is not None and len(tensor) else tensor
+                if ca.is_cuda_array(probe):
+                    bound = sig.bind(*args, **kw)
+                    bound.apply_defaults()
+                    handle = route(bound.arguments)
+                    return sync(handle) if wait else handle
+            return plain(*args, **kw)
+
+        f.__name__, f.__qualname__, f.__doc__, f.__wrapped__ = plain.__name__, plain.__qualname__, plain.__doc__, plain
+        g[name] = f
+
+    for name, (route, wait) in routes.items():
+        hook(name, route, wait)
+
+
+_route_cuda_arrays()

@@ -204,3 +204,39 @@ def body_lifetime():
 
 def test_buffers_freed_or_resized_during_an_async_op_are_safe():
     run_ranks(body_lifetime, 2, timeout=90)
+
+
+# ------------------------------------------------------------------ the same through pyhorovod.torch
+
+def body_torch():
+    import torch
+    import pyhorovod.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    for bad, text in [(lambda: hvd.allreduce(torch.ones(3, dtype=torch.complex64)), "unsupported tensor dtype"),
+                      (lambda: hvd.allreduce(torch.ones(3).to_sparse()), "tensors are not supported"),
+                      (lambda: hvd.allreduce([1.0, 2.0]), "expected a torch.Tensor"),
+                      (lambda: hvd.broadcast(torch.ones(3), root_rank=n), "root_rank"),
+                      (lambda: hvd.alltoall(torch.ones(4, 2), splits=[5] + [0] * (n - 1)), "5")]:
+        with pytest.raises(ValueError) as info:
+            bad()
+        assert text in str(info.value), str(info.value)
+    # Non-contiguous tensors: copied for the core; the out-of-place input is unchanged, the in-place one
+    # receives the result through its strides.
+    t = (torch.arange(20.0).reshape(4, 5) * (r + 1)).t()
+    assert not t.is_contiguous()
+    before = t.clone()
+    total = (torch.arange(20.0).reshape(4, 5) * (n * (n + 1) // 2)).t()
+    assert torch.equal(hvd.allreduce(t, op=hvd.Sum, name="nc"), total) and torch.equal(t, before)
+    assert hvd.allreduce_(t, op=hvd.Sum, name="nc_") is t and torch.equal(t, total)
+    # A shape that differs across ranks fails everywhere; the out-of-place input is untouched.
+    x = torch.arange(6.0 + (r == n - 1)) * (r + 1)
+    x0 = x.clone()
+    with pytest.raises(hvd.HorovodInternalError, match="Mismatched allreduce tensor shapes"):
+        hvd.allreduce(x, name="shape")
+    assert torch.equal(x, x0)
+    hvd.shutdown()
+
+
+def test_torch_tensors_bad_input_and_non_contiguous():
+    run_ranks(body_torch, 2, timeout=90)

@@ -1,16 +1,19 @@
 """Collectives through the public API at world sizes 1-5 (issue 2 part 8).
 
-Each test launches the ranks once (tests/mp.py) and runs many checks inside, returning how many it made
-so the parent can tell a real run from an empty one. Inputs and exact expectations: tests/coll_data.py.
+The ranks are launched (tests/mp.py) once per world size; that launch runs every rank body below that the
+size needs as a section (tests/launch_cache.py), each with its own init() and shutdown(), and each test
+checks its section. Bodies run many checks and return how many they made, so the parent can tell a real
+run from an empty one. Inputs and exact expectations: tests/coll_data.py. Failing collectives (a peer
+that exits, a missing submission) are in test_collective_errors.py.
 """
 import array
-import re
 import time
 
 import numpy as np
 import pytest
 
 from coll_data import AVERAGE, COUNTS, DTYPES, MAX, MIN, PRODUCT, SUM, check, expected, ops_for, rank_values
+from launch_cache import launch_once, run_sections, section
 from mp import WORLD_SIZES, run_ranks
 
 MULTI_SEGMENT = (1 << 20) + 1   # elements: several segments per ring chunk with the default tuning
@@ -98,21 +101,6 @@ def allreduce_matrix(big: bool):
     return checks
 
 
-@pytest.mark.parametrize("size", WORLD_SIZES)
-def test_allreduce_matrix(size):
-    results = run_ranks(allreduce_matrix, size, args=(True,), timeout=240)
-    assert all(r.value > 1000 for r in results), [r.value for r in results]
-
-
-@pytest.mark.parametrize("size", WORLD_SIZES)
-def test_allreduce_matrix_ring_tiny_segments_no_fusion(size):
-    # 256-byte segments make every count above a few dozen elements multi-segment; threshold 1 forces
-    # the ring for everything; fusion off runs each request on its own.
-    env = {"PYHOROVOD_SEGMENT_BYTES": "256", "PYHOROVOD_SMALL_THRESHOLD_BYTES": "1",
-           "HOROVOD_FUSION_THRESHOLD": "0"}
-    results = run_ranks(allreduce_matrix, size, args=(False,), env=env, timeout=240)
-    assert all(r.value > 1000 for r in results), [r.value for r in results]
-
 
 def _block(r, rows, dt, seed, width=3):
     return dt.make(rank_values(r, rows * width, dt, SUM, seed=seed)).reshape(rows, width)
@@ -196,12 +184,6 @@ def other_collectives():
     return checks
 
 
-@pytest.mark.parametrize("size", WORLD_SIZES)
-def test_other_collectives(size):
-    results = run_ranks(other_collectives, size, timeout=240)
-    assert all(r.value > 100 for r in results), [r.value for r in results]
-
-
 def bad_arguments():
     """Rank 0 alone makes invalid calls: each must raise ValueError before anything is enqueued; if one
     reached the engine, the collectives below would mismatch or stall instead of passing."""
@@ -262,68 +244,6 @@ def bad_arguments():
     return len(cases) if rank == 0 else 0
 
 
-@pytest.mark.parametrize("size", [1, 3])
-def test_bad_arguments_raise_value_error_before_communication(size):
-    results = run_ranks(bad_arguments, size, timeout=60)
-    assert results[0].value >= 30
-
-
-def peer_exits():
-    """Rank 2 dies after one good allreduce; the others must get HorovodInternalError naming themselves,
-    the op and a sequence number, not hang."""
-    import os
-
-    import pyhorovod as hvd
-    hvd.init()
-    rank = hvd.rank()
-    assert hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum).tolist() == [3.0] * 4
-    if rank == 2:
-        os._exit(17)
-    try:
-        for i in range(20):
-            hvd.allreduce(np.ones(1 << 16, np.float32), op=hvd.Sum, name=f"after.{i}")
-    except hvd.HorovodInternalError as e:
-        return {"type": type(e).__name__, "message": str(e)}
-    return {"type": None, "message": "no error"}
-
-
-def test_peer_exit_raises_horovod_internal_error():
-    results = run_ranks(peer_exits, 3, timeout=90, check=False, collective_timeout=20, grace=60)
-    assert results[2].returncode == 17, results[2]
-    for r in (0, 1):
-        res = results[r]
-        assert res.returncode == 0 and res.value is not None, f"rank {r}:\n{res.stdout}\n{res.stderr}"
-        msg = res.value["message"]
-        assert res.value["type"] in ("HorovodInternalError", "HorovodTimeoutError"), res.value
-        assert f"rank {r}" in msg, msg
-        assert "allreduce" in msg.lower() and "after.0" in msg, msg        # the op and its name
-        assert re.search(r"#\d+", msg), msg                                # its sequence number
-        assert re.search(r"rank [0-2] \([\d.]+:\d+", msg), msg               # the peer and its address
-
-
-def missing_submission():
-    """Rank 0 submits a tensor rank 1 never does: rank 0 gets HorovodTimeoutError (a
-    HorovodInternalError) naming the tensor and the missing rank, after PYHOROVOD_TIMEOUT_SECONDS."""
-    import pyhorovod as hvd
-    hvd.init()
-    if hvd.rank() == 0:
-        t0 = time.monotonic()
-        try:
-            hvd.allreduce(np.ones(3), op=hvd.Sum, name="lonely")
-        except hvd.HorovodTimeoutError as e:
-            assert isinstance(e, hvd.HorovodInternalError) and isinstance(e, RuntimeError)
-            assert "lonely" in str(e) and "1" in str(e) and time.monotonic() - t0 < 30, str(e)
-            return str(e)
-        raise AssertionError("no timeout")
-    time.sleep(8)  # past rank 0's deadline: shutting down earlier would fail its request as SHUTDOWN
-    return "idle"
-
-
-def test_missing_submission_times_out():
-    results = run_ranks(missing_submission, 2, timeout=60, collective_timeout=3)
-    assert "lonely" in results[0].value and results[1].value == "idle"
-
-
 def lifecycle():
     import os
     import tempfile
@@ -361,11 +281,6 @@ def lifecycle():
     assert not hvd.mpi_built() and not hvd.gloo_built() and hvd.tcp_built()
     hvd.shutdown()
     return "ok"
-
-
-@pytest.mark.parametrize("size", [1, 3])
-def test_init_shutdown_lifecycle(size):
-    assert [r.value for r in run_ranks(lifecycle, size, timeout=90)] == ["ok"] * size
 
 
 def process_sets_static():
@@ -408,7 +323,83 @@ def process_sets_dynamic():
     return "ok"
 
 
+
+# ------------------------------------------------------------------ one launch per world size
+
+SECTIONS = [  # (name, body, args, world sizes); run in this order, lifecycle first (it starts uninitialized)
+    ("lifecycle", lifecycle, (), [1, 3]),
+    ("matrix", allreduce_matrix, (True,), WORLD_SIZES),
+    # 256-byte segments make every count above a few dozen elements multi-segment; threshold 1 forces the
+    # ring for everything; fusion off runs each request on its own.
+    ("matrix_ring_tiny_segments_no_fusion", allreduce_matrix, (False,), WORLD_SIZES),
+    ("others", other_collectives, (), WORLD_SIZES),
+    ("bad_arguments", bad_arguments, (), [1, 3]),
+    ("process_sets_static", process_sets_static, (), [2, 3, 5]),
+    ("process_sets_dynamic", process_sets_dynamic, (), [2, 3, 5]),
+]
+TINY_RING_ENV = {"PYHOROVOD_SEGMENT_BYTES": "256", "PYHOROVOD_SMALL_THRESHOLD_BYTES": "1",
+                 "HOROVOD_FUSION_THRESHOLD": "0"}
+
+
+def _run_section(name, fn, args):
+    """One section: its own init()..shutdown() (the tiny-ring one with its knobs in the environment
+    that init() reads); a section that failed half-way leaves no engine behind for the next one."""
+    import os
+
+    import pyhorovod as hvd
+    env = TINY_RING_ENV if name == "matrix_ring_tiny_segments_no_fusion" else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return fn(*args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if hvd.is_initialized():
+            hvd.shutdown()
+
+
+def suite(size):
+    return run_sections([(name, lambda n=name, f=fn, a=args: _run_section(n, f, a))
+                         for name, fn, args, sizes in SECTIONS if size in sizes])
+
+
+def launched(size):
+    return launch_once(size, lambda: run_ranks(suite, size, args=(size,), timeout=600, collective_timeout=144))
+
+
+@pytest.mark.parametrize("size", WORLD_SIZES)
+def test_allreduce_matrix(size):
+    values = section(launched(size), "matrix")
+    assert all(v > 1000 for v in values), values
+
+
+@pytest.mark.parametrize("size", WORLD_SIZES)
+def test_allreduce_matrix_ring_tiny_segments_no_fusion(size):
+    values = section(launched(size), "matrix_ring_tiny_segments_no_fusion")
+    assert all(v > 1000 for v in values), values
+
+
+@pytest.mark.parametrize("size", WORLD_SIZES)
+def test_other_collectives(size):
+    values = section(launched(size), "others")
+    assert all(v > 100 for v in values), values
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_bad_arguments_raise_value_error_before_communication(size):
+    assert section(launched(size), "bad_arguments")[0] >= 30
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_init_shutdown_lifecycle(size):
+    assert section(launched(size), "lifecycle") == ["ok"] * size
+
+
 @pytest.mark.parametrize("size", [2, 3, 5])
 def test_process_sets(size):
-    assert [r.value for r in run_ranks(process_sets_static, size, timeout=60)] == [1 + r % 2 for r in range(size)]
-    assert [r.value for r in run_ranks(process_sets_dynamic, size, timeout=60)] == ["ok"] * size
+    assert section(launched(size), "process_sets_static") == [1 + r % 2 for r in range(size)]
+    assert section(launched(size), "process_sets_dynamic") == ["ok"] * size

@@ -1,8 +1,9 @@
 """The raw core (_core.Communicator: TcpBackend + algorithms, no engine) over real processes.
 
-Each test spawns `size` Python processes with tests/mp.py (hard timeout, every rank's output and traceback
-on failure); each rank builds a Communicator from the harness's PYHOROVOD_* variables and checks its own
-result exactly against a locally computed expectation (tests/coll_data.py)."""
+The ranks are spawned with tests/mp.py (hard timeout, every rank's output and traceback on failure) once
+per world size and transport: that launch runs every rank body below as a section (tests/launch_cache.py),
+each on a Communicator of its own built from the harness's PYHOROVOD_* variables, and each rank checks its
+own results exactly against a locally computed expectation (tests/coll_data.py)."""
 import os
 import time
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import coll_data as cd
+from launch_cache import launch_once, run_sections, section
 from mp import WORLD_SIZES, run_ranks
 
 TIMEOUT = 60.0  # per collective, inside the ranks; the harness kills the whole run later than that
@@ -19,7 +21,8 @@ CODES = {"uint8": "UINT8", "int8": "INT8", "int16": "INT16", "int32": "INT32", "
 OP_CODES = {cd.SUM: "SUM", cd.AVERAGE: "AVERAGE", cd.MIN: "MIN", cd.MAX: "MAX", cd.PRODUCT: "PRODUCT"}
 
 
-def _communicator(**tuning):
+def _communicator(prefix, **tuning):
+    """A Communicator of its own (store keys under `prefix`), so that one launch can build several."""
     from pyhorovod import _core
     o = _core.ConnectOptions()
     o.rank = int(os.environ["PYHOROVOD_RANK"])
@@ -28,7 +31,7 @@ def _communicator(**tuning):
     o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
     o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
     o.secret = os.environ["PYHOROVOD_SECRET"].encode()
-    o.store_prefix = "test_communicator"
+    o.store_prefix = f"test_communicator/{prefix}"
     o.connect_timeout_s = 30
     o.shm_enable = os.environ.get("PHV_TEST_TRANSPORT", "shm") == "shm"
     for k, v in tuning.items():
@@ -39,7 +42,7 @@ def _communicator(**tuning):
 # ----------------------------------------------------------------------------------------- rank bodies
 
 def body_allreduce():
-    core, comm = _communicator(segment_bytes=4096)  # small segments: multi-segment rings at small counts
+    core, comm = _communicator("allreduce", segment_bytes=4096)  # small segments: multi-segment rings at small counts
     r, n = comm.rank, comm.size
     checked = 0
     for dt in cd.DTYPES:
@@ -58,7 +61,7 @@ def body_allreduce():
 
 
 def body_allreduce_large():
-    core, comm = _communicator()
+    core, comm = _communicator("large")
     r, n = comm.rank, comm.size
     count = 16 << 20  # 64 MiB of float32, the default (model-chosen) segment size
     buf = (np.arange(count, dtype=np.int64) % 1000 + r).astype(np.float32)
@@ -69,7 +72,7 @@ def body_allreduce_large():
 
 
 def body_others():
-    core, comm = _communicator(segment_bytes=1024)
+    core, comm = _communicator("others", segment_bytes=1024)
     r, n = comm.rank, comm.size
     # allgatherv: rank q contributes (q * 3 % 4) * 5 int64 values q*1000 + i (some ranks contribute 0).
     for scale in (1, 3000):
@@ -123,7 +126,7 @@ def body_others():
 
 
 def body_bad_arguments():
-    core, comm = _communicator()
+    core, comm = _communicator("bad")
     r, n = comm.rank, comm.size
     buf = np.arange(8, dtype=np.float32)
     ro = np.arange(8, dtype=np.float32)
@@ -165,7 +168,7 @@ def body_timeout_then_peer_lost():
     """Rank 1 skips a broadcast from itself: rank 0 times out naming rank 1; rank 0's failure closes its
     connections, so rank 1's next collective fails fast with PeerLostError naming rank 0. (Rank 0 only
     receives in that broadcast, so no stale bytes of it wait in rank 1's socket.)"""
-    core, comm = _communicator()
+    core, comm = _communicator("timeout")
     r = comm.rank
     comm.barrier(TIMEOUT)
     if r == 0:
@@ -191,39 +194,61 @@ def body_timeout_then_peer_lost():
 # ----------------------------------------------------------------------------------------------- tests
 
 TRANSPORTS = ["shm", "tcp"]  # shared-memory rings between local ranks (the default), or TCP only
+LARGE_SIZES = [1, 2, 3, 5]
+BAD_ARGUMENT_SIZES = [1, 2, 3]
+BODIES = {"allreduce": body_allreduce, "others": body_others, "allreduce_large": body_allreduce_large,
+          "bad_arguments": body_bad_arguments, "timeout_then_peer_lost": body_timeout_then_peer_lost}
 
 
-def _env(transport):
-    return {"PHV_TEST_TRANSPORT": transport}
+def sections_for(size, transport):
+    names = ["allreduce", "others"]
+    if size in LARGE_SIZES:
+        names.append("allreduce_large")
+    if size in BAD_ARGUMENT_SIZES and transport == "shm":
+        names.append("bad_arguments")
+    if size == 2:
+        names.append("timeout_then_peer_lost")  # last: it leaves its communicator failed on purpose
+    return names
+
+
+def body_suite(names):
+    return run_sections([(name, BODIES[name]) for name in names])
+
+
+def launched(size, transport):
+    """The one launch for this world size and transport (every section it needs), shared by the tests."""
+    return launch_once((size, transport), lambda: run_ranks(
+        body_suite, size, args=(sections_for(size, transport),), timeout=480,
+        env={"PHV_TEST_TRANSPORT": transport}))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("size", WORLD_SIZES)
 def test_allreduce_every_dtype_op_algorithm(size, transport):
-    results = run_ranks(body_allreduce, size, timeout=240, env=_env(transport))
-    assert all(res.value == results[0].value and res.value > 1000 for res in results)
+    values = section(launched(size, transport), "allreduce")
+    assert all(v == values[0] and v > 1000 for v in values), values
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("size", [1, 2, 3, 5])
+@pytest.mark.parametrize("size", LARGE_SIZES)
 def test_allreduce_64mib(size, transport):
-    run_ranks(body_allreduce_large, size, timeout=180, env=_env(transport))
+    section(launched(size, transport), "allreduce_large")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("size", WORLD_SIZES)
 def test_allgatherv_broadcast_alltoallv_reducescatter_barrier(size, transport):
-    run_ranks(body_others, size, timeout=120, env=_env(transport))
+    section(launched(size, transport), "others")
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", BAD_ARGUMENT_SIZES)
 def test_bad_arguments_raise_before_communicating(size):
-    run_ranks(body_bad_arguments, size, timeout=60)
+    section(launched(size, "shm"), "bad_arguments")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_timeout_then_peer_lost(transport):
-    run_ranks(body_timeout_then_peer_lost, 2, timeout=60, env=_env(transport))
+    section(launched(2, transport), "timeout_then_peer_lost")
 
 
 def test_store_from_python():

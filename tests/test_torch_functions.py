@@ -3,7 +3,7 @@ and partly fresh states, scalar hyperparameters), broadcast_object, allgather_ob
 against one process normalising the whole batch. One launch per world size runs every section."""
 import pytest
 
-from mp import run_ranks
+import torch_launch
 
 
 def _tolist(v):
@@ -183,7 +183,8 @@ def body_all():
 
 @pytest.fixture(scope="module", params=[1, 2, 3])
 def launched(request):
-    return request.param, run_ranks(body_all, request.param, timeout=300)
+    # One launch per world size shared with the other torch test files (tests/torch_launch.py).
+    return torch_launch.launched(request.param, "functions")
 
 
 def _sections(launched, name):

@@ -3,7 +3,7 @@ backward pass of each differentiable op, and error types/messages. Each launch r
 returns the list of failures, so that a failing check is named in the assertion message."""
 import pytest
 
-from mp import run_ranks
+import torch_launch
 
 DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
 FLOATS = {"float16", "bfloat16", "float32", "float64"}
@@ -204,6 +204,15 @@ def body_autograd():
     (hvd.allreduce(xm, op=hvd.Max) * w).sum().backward()
     exp = torch.tensor([tri if (r == n - 1 or i == 0) else 0.0 for i in range(4)], dtype=torch.float64)
     c.eq("allreduce Max grad (to the arg-max ranks)", xm.grad, exp)
+    # Min: rank 0 holds the minimum alone except at index 0, where every rank ties.
+    xn = (torch.arange(4, dtype=torch.float64) + (0 if r == 0 else 10) * (torch.arange(4) > 0)).requires_grad_()
+    (hvd.allreduce(xn, op=hvd.Min) * w).sum().backward()
+    exp = torch.tensor([tri if (r == 0 or i == 0) else 0.0 for i in range(4)], dtype=torch.float64)
+    c.eq("allreduce Min grad (to the arg-min ranks)", xn.grad, exp)
+    # Product has no backward pass (Horovod's is wrong): a clear error, raised locally on every rank.
+    xp = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    _raises(c, "allreduce Product grad", NotImplementedError, "Product",
+            lambda: hvd.allreduce(xp, op=hvd.Product).sum().backward())
     ys = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum)
     ((ys[0] + ys[1]) * w).sum().backward()
     c.eq("grouped_allreduce grad", x.grad, torch.full((4,), 3 * tri, dtype=torch.float64))
@@ -371,7 +380,8 @@ def body_all():
 
 @pytest.fixture(scope="module", params=[1, 2, 3, 4])
 def launched(request):
-    return request.param, run_ranks(body_all, request.param, timeout=300)
+    # One launch per world size shared with the other torch test files (tests/torch_launch.py).
+    return torch_launch.launched(request.param, "ops")
 
 
 def _check(launched, section, min_count):
@@ -392,13 +402,14 @@ def test_allgather_broadcast_alltoall_reducescatter(launched):
 
 
 def test_autograd_backward_of_each_op(launched):
-    _check(launched, "autograd", 12 + launched[0])
+    # 14 checks + one broadcast per root; every rank makes all of them.
+    _check(launched, "autograd", 14 + launched[0])
+    assert {res.value["autograd"]["count"] for res in launched[1]} == {14 + launched[0]}
 
 
+@pytest.mark.parametrize("launched", [2, 3, 4], indirect=True)  # a proper subset needs world size >= 2
 def test_process_sets(launched):
     size, results = launched
-    if size == 1:
-        pytest.skip("a process set needs a proper subset of the ranks: world size >= 2")
     _check(launched, "process_sets", 2)
     assert max(res.value["process_sets"]["count"] for res in results) == 5
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import torch_launch
 from mp import run_ranks
 
 K_STEPS = 3
@@ -280,7 +281,8 @@ def body_all():
 
 @pytest.fixture(scope="module", params=[1, 2, 3])
 def launched(request):
-    return request.param, run_ranks(body_all, request.param, timeout=300)
+    # One launch per world size shared with the other torch test files (tests/torch_launch.py).
+    return torch_launch.launched(request.param, "optimizer")
 
 
 def _sections(launched, name):

@@ -1,11 +1,16 @@
 // Pipelined ring allreduce: a reduce-scatter followed by an allgather, as one pass of 2(p-1) steps over
 // p chunks, each chunk cut into segments (ring_schedule.h; the driver is ring_pipeline.cc).
 //
-// Copies per element (besides the transport's own): the user buffer is reduced in place. In the
-// reduce-scatter half each received segment lands in a scratch slot (W segments of scratch in total) and
-// one reduce pass reads slot + buffer and writes the buffer; in the allgather half segments are received
-// straight into the buffer; sends read the buffer. So: 0 extra copies, 1 fused read-read-write per
-// reduced element, and scratch memory of max_segments_in_flight segments.
+// Copies, counted per rank for a buffer of M bytes over p ranks (the transport's own included):
+//   shared memory (the default between ranks of one host): the sender copies every segment into the
+//     shared ring once -- 2(p-1)/p * M bytes; in the reduce-scatter half the receiver reduces straight
+//     from the ring into the buffer (a ReduceSink: one read-read-write pass, (p-1)/p * M, no copy), in
+//     the allgather half it copies each segment out of the ring into the buffer, (p-1)/p * M. No
+//     scratch memory, no other copy.
+//   TCP: the kernel copies on both sides (send: buffer -> socket, 2(p-1)/p * M; receive: socket ->
+//     scratch slot in the reduce half, socket -> buffer in the allgather half); one fused reduce pass
+//     reads slot + buffer and writes the buffer; scratch is max_segments_in_flight segments.
+// So: 0 extra copies on either path; the user buffer is reduced in place.
 // float16/bfloat16 are widened to float32 inside each segment's reduction (common/reduce.cc).
 #include "algorithms/algorithms.h"
 #include "algorithms/ring_pipeline.h"

@@ -53,7 +53,12 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
   for (const Range& c : chunks) max_chunk = std::max(max_chunk, c.count);
   if (max_chunk == 0) return;
 
-  const size_t seg_elems = std::max<size_t>(1, segment_size(tuning, max_chunk * esize) / esize);
+  Transport* tr = comm.transport;
+  const int right = comm.global((comm.rank() + 1) % p);
+  const int left = comm.global((comm.rank() + p - 1) % p);
+  // Segment boundaries must agree on both ends of every link: chosen by a fact every rank agrees on.
+  const size_t seg_elems =
+      std::max<size_t>(1, segment_size(tuning, max_chunk * esize, tr->shared_memory_everywhere()) / esize);
   const int shift = kind == RingKind::ALLGATHER ? 0 : 1;
   const int steps = kind == RingKind::ALLREDUCE ? 2 * (p - 1) : p - 1;
   const int reduce_steps = kind == RingKind::ALLGATHER ? 0 : p - 1;  // steps t < this reduce
@@ -61,14 +66,10 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
   const size_t nsend = plan.sends.size(), nrecv = plan.recvs.size();
   const size_t window = static_cast<size_t>(std::max(1, tuning.max_segments_in_flight));
 
-  Transport* tr = comm.transport;
-  const int right = comm.global((comm.rank() + 1) % p);
-  const int left = comm.global((comm.rank() + p - 1) % p);
-
   // Receive j of the reduce phase uses slot j % window (a scratch segment, or a sink when the left
   // neighbour's bytes can be reduced in place); it is free again once receive j has been reduced, and at
   // most `window` receives are outstanding, so slots never collide.
-  const bool in_place = reduce_steps > 0 && tr->recv_in_place(left);
+  const bool in_place = reduce_steps > 0 && tr->recv_in_place(left);  // local choice: no wire effect
   std::unique_ptr<char[]> scratch;
   if (reduce_steps > 0 && !in_place) scratch.reset(new char[window * seg_elems * esize]);
   auto slot = [&](size_t j) { return scratch.get() + (j % window) * seg_elems * esize; };

@@ -6,8 +6,13 @@
 // rank n ^ 2^k and both combine. Finally each odd rank of the fix-up sends the result to its even partner.
 // Rounds: log2(p') (+2 when p is not a power of two), each moving the whole message.
 //
+// Copies per round: the partner's whole buffer arrives in a temporary (on the stack up to 512 bytes)
+// through the transport's copy (shared memory: into and out of the ring; TCP: the kernel's), then one
+// reduce_to pass combines it with the buffer in place. Nothing else is copied or allocated.
+//
 // Identical results on every rank: in each round both partners hold the same two operands and combine
 // them in the same order (the lower new rank's value first), so even non-associative float sums agree.
+#include <algorithm>
 #include <vector>
 
 #include "algorithms/algorithms.h"
@@ -15,6 +20,34 @@
 #include "common/reduce.h"
 
 namespace phv {
+namespace {
+
+// The latency path allocates nothing for tiny messages: the partner's copy goes to a stack buffer, and
+// waiting reuses one vector of completed ids per thread.
+constexpr size_t kStackBytes = 512;
+
+class Waiter {
+ public:
+  explicit Waiter(Transport* tr) : tr_(tr) {}
+  // Blocks until both requests (or the one, when b_valid is false) have completed.
+  void wait(RequestId a, RequestId b, bool b_valid, Deadline deadline) {
+    bool wa = true, wb = b_valid;
+    static thread_local std::vector<RequestId> done;
+    while ((wa || wb) && tr_->pending() > 0) {
+      done.clear();
+      tr_->progress(done, deadline);
+      for (RequestId id : done) {
+        if (id == a) wa = false;
+        else if (b_valid && id == b) wb = false;
+      }
+    }
+  }
+
+ private:
+  Transport* tr_;
+};
+
+}  // namespace
 
 void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, ReduceOp op, Deadline deadline) {
   const size_t esize = dtype_size(dt);
@@ -27,7 +60,10 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
   const size_t bytes = count * esize;
   const int r = comm.rank();
   Transport* tr = comm.transport;
-  std::vector<char> tmp(bytes);
+  char stack_tmp[kStackBytes];
+  std::vector<char> heap_tmp(bytes > kStackBytes ? bytes : 0);
+  char* tmp = bytes > kStackBytes ? heap_tmp.data() : stack_tmp;
+  Waiter waiter(tr);
 
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
@@ -36,11 +72,11 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
   int newrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      tr->wait_all({tr->post_send(comm.global(r + 1), buf, bytes)}, deadline);
+      waiter.wait(tr->post_send(comm.global(r + 1), buf, bytes), 0, false, deadline);
       newrank = -1;
     } else {
-      tr->wait_all({tr->post_recv(comm.global(r - 1), tmp.data(), bytes)}, deadline);
-      reduce_to(buf, tmp.data(), buf, count, dt, op);  // lower rank's value first
+      waiter.wait(tr->post_recv(comm.global(r - 1), tmp, bytes), 0, false, deadline);
+      reduce_to(buf, tmp, buf, count, dt, op);  // lower rank's value first
       newrank = r / 2;
     }
   } else {
@@ -51,22 +87,22 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
     for (int mask = 1; mask < p2; mask <<= 1) {
       int partner_new = newrank ^ mask;
       int partner = partner_new < rem ? partner_new * 2 + 1 : partner_new + rem;
-      RequestId rid = tr->post_recv(comm.global(partner), tmp.data(), bytes);
+      RequestId rid = tr->post_recv(comm.global(partner), tmp, bytes);
       RequestId sid = tr->post_send(comm.global(partner), buf, bytes);
-      tr->wait_all({rid, sid}, deadline);
+      waiter.wait(rid, sid, true, deadline);
       if (partner_new < newrank) {
-        reduce_to(buf, tmp.data(), buf, count, dt, op);
+        reduce_to(buf, tmp, buf, count, dt, op);
       } else {
-        reduce_to(buf, buf, tmp.data(), count, dt, op);
+        reduce_to(buf, buf, tmp, count, dt, op);
       }
     }
   }
 
   if (r < 2 * rem) {
     if (r % 2 == 1) {
-      tr->wait_all({tr->post_send(comm.global(r - 1), buf, bytes)}, deadline);
+      waiter.wait(tr->post_send(comm.global(r - 1), buf, bytes), 0, false, deadline);
     } else {
-      tr->wait_all({tr->post_recv(comm.global(r + 1), buf, bytes)}, deadline);
+      waiter.wait(tr->post_recv(comm.global(r + 1), buf, bytes), 0, false, deadline);
     }
   }
 }
@@ -74,7 +110,10 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
                Deadline deadline) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
-  if (count * dtype_size(dt) < small_message_threshold(tuning, comm.size())) {
+  // Every rank must make the same choice: decided by sizes and a fact all ranks agree on. Through
+  // shared memory a hop costs alpha_shm_s instead of alpha_s, so the latency algorithm pays off for less.
+  const bool shm = comm.transport->shared_memory_everywhere();
+  if (count * dtype_size(dt) < small_message_threshold(tuning, comm.size(), shm)) {
     small_allreduce(comm, buf, count, dt, op, deadline);
   } else {
     ring_allreduce(comm, buf, count, dt, op, tuning, deadline);

@@ -26,7 +26,7 @@ struct ConnectOptions {
   double connect_timeout_s = 60;         // bootstrap: store waits and connection set-up
   bool shm_enable = true;                // shared memory between ranks of one host
   int shm_spin_us = -1;                  // shm: poll the rings this long before sleeping (-1: automatic)
-  int shm_spin_yield = -1;               // shm: yield the CPU while polling: 1, 0, -1 (automatic)
+  int shm_spin_yield = -1;               // shm: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
   Tuning tuning;
 };
 

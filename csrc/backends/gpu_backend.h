@@ -23,6 +23,8 @@ struct GpuEntry {
   const void* input;  // device pointer
   void* output;       // device pointer; may equal input
   size_t count;       // elements
+  intptr_t stream = 0;  // producer stream of this entry when it differs from the call's (fused requests
+                        // from several streams); the backend waits for each distinct one
 };
 
 class GpuBackend {

@@ -76,6 +76,9 @@ class NcclBackend : public GpuBackend {
   void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
                  double prescale, double postscale, intptr_t producer) override {
     begin(producer);
+    for (const auto& e : entries) {
+      if (e.stream != producer) wait_for(e.stream);
+    }
     ncclComm_t nc = nccl_comm(comm);
     size_t esize = dtype_size(dt);
     void* buf;
@@ -176,6 +179,7 @@ class NcclBackend : public GpuBackend {
 
   std::shared_ptr<void> allocate(size_t bytes) override {
     void* p = nullptr;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");  // the calling thread may not have chosen it yet
     check_cuda(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
     return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
   }
@@ -184,6 +188,12 @@ class NcclBackend : public GpuBackend {
   // Orders our stream after the producer's work: event on the producer stream, wait on ours.
   void begin(intptr_t producer) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    wait_for(producer);
+  }
+
+  // Our stream waits for the work queued so far on `producer` (the record captures it at call time, so
+  // one event can be reused for several producers in a row).
+  void wait_for(intptr_t producer) {
     check_cuda(cudaEventRecord(ready_, reinterpret_cast<cudaStream_t>(producer)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
   }

@@ -38,6 +38,9 @@ TcpBackend::TcpBackend(const ConnectOptions& options) : options_(options) {
   mesh.shm_yield = options.shm_spin_yield;
   // Experiment knob (issue 6 measurements only; not a supported setting).
   if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_RING")) mesh.shm_ring_bytes = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_PUBLISH")) mesh.shm_publish_bytes = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_INPLACE")) mesh.shm_in_place = std::atoi(v) != 0;
+  if (const char* v = std::getenv("PHV_EXPERIMENT_SOCKBUF")) mesh.socket_buffer_bytes = std::atoi(v);
   transport_ = std::make_unique<TcpTransport>(*store_, mesh);
   world_.transport = transport_.get();
   world_.members.resize(options.size);

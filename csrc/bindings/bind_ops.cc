@@ -24,6 +24,36 @@ py::object output_array(const Result& r) {
                               r.output->data(), owner);
 }
 
+// Engine-allocated device memory (allgather/alltoall of CUDA tensors) as a flat uint8 buffer exposing
+// __cuda_array_interface__: torch.as_tensor / cupy.asarray wrap it without a copy and keep this object
+// (hence the memory) alive. The data is complete when the request completes, so no stream is given.
+struct DeviceBuffer {
+  std::shared_ptr<void> mem;
+  size_t nbytes = 0;
+  int device = -1;
+};
+
+py::object output_object(const Result& r) {
+  if (r.device_output) return py::cast(DeviceBuffer{r.device_output, r.device_output_bytes, r.device});
+  return output_array(r);
+}
+
+// The address of a host buffer: an int is taken as a pointer, anything else must expose a C-contiguous
+// buffer (writable for outputs). The caller keeps the object alive for the whole (synchronous) call.
+void* host_pointer(py::handle obj, bool writable) {
+  if (PyLong_Check(obj.ptr())) return reinterpret_cast<void*>(obj.cast<uintptr_t>());
+  if (py::isinstance<py::array>(obj)) {  // any dtype (the buffer protocol refuses e.g. ml_dtypes' bfloat16)
+    auto arr = py::reinterpret_borrow<py::array>(obj);
+    if (writable) return arr.mutable_data();  // throws if read-only
+    return const_cast<void*>(arr.data());
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  void* p = view.buf;
+  PyBuffer_Release(&view);
+  return p;
+}
+
 }  // namespace
 
 void register_ops(py::module_& m) {
@@ -52,8 +82,22 @@ void register_ops(py::module_& m) {
             o.log_level = static_cast<LogLevel>(level);
           });
 
+  py::class_<DeviceBuffer>(m, "DeviceBuffer")
+      .def_readonly("nbytes", &DeviceBuffer::nbytes)
+      .def_readonly("device", &DeviceBuffer::device)
+      .def_property_readonly("ptr", [](const DeviceBuffer& b) { return reinterpret_cast<uintptr_t>(b.mem.get()); })
+      .def_property_readonly("__cuda_array_interface__", [](const DeviceBuffer& b) {
+        py::dict d;
+        d["shape"] = py::make_tuple(b.nbytes);
+        d["typestr"] = "|u1";
+        d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(b.mem.get()), false);
+        d["strides"] = py::none();
+        d["version"] = 3;
+        return d;
+      });
+
   py::class_<Result>(m, "Result")
-      .def_property_readonly("output", &output_array)
+      .def_property_readonly("output", &output_object)
       .def_readonly("output_shape", &Result::output_shape)
       .def_readonly("received_splits", &Result::received_splits)
       .def_readonly("value", &Result::value);
@@ -65,7 +109,7 @@ void register_ops(py::module_& m) {
           [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, uintptr_t input_ptr,
              uintptr_t output_ptr, int reduce_op, double prescale, double postscale, int root,
              std::vector<int64_t> splits, int process_set, int device, int64_t group, int64_t group_size,
-             double timeout_s) {
+             double timeout_s, int64_t stream) {
             Request r;
             r.type = static_cast<OpType>(op_type);
             r.name = std::move(name);
@@ -80,6 +124,7 @@ void register_ops(py::module_& m) {
             r.splits = std::move(splits);
             r.process_set = process_set;
             r.device = device;
+            r.stream = stream;
             r.group = group;
             r.group_size = group_size;
             return e.enqueue(std::move(r), timeout_s);
@@ -87,9 +132,36 @@ void register_ops(py::module_& m) {
           py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input_ptr"),
           py::arg("output_ptr"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
           py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0,
-          py::arg("device") = -1, py::arg("group") = 0, py::arg("group_size") = 0, py::arg("timeout_s") = 0.0)
+          py::arg("device") = -1, py::arg("group") = 0, py::arg("group_size") = 0, py::arg("timeout_s") = 0.0,
+          py::arg("stream") = 0)
       .def("poll", &Engine::poll, py::arg("handle"))
       .def("wait", &Engine::wait, py::arg("handle"), py::call_guard<py::gil_scoped_release>())
+      // The synchronous fast path (pyhorovod's allreduce/broadcast/... without _async): positional
+      // arguments only (keyword parsing costs microseconds), host buffers given as objects exposing the
+      // buffer protocol (or raw int pointers), one GIL release for enqueue + wait.
+      .def(
+          "run_sync",
+          [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, py::handle input,
+             py::handle output, int reduce_op, double prescale, double postscale, int root, int process_set,
+             double timeout_s) {
+            Request r;
+            r.type = static_cast<OpType>(op_type);
+            r.name = std::move(name);
+            r.dtype = static_cast<DataType>(dtype);
+            r.shape = std::move(shape);
+            r.input = host_pointer(input, false);
+            r.output = output.is_none() ? nullptr : host_pointer(output, true);
+            r.reduce_op = static_cast<ReduceOp>(reduce_op);
+            r.prescale = prescale;
+            r.postscale = postscale;
+            r.root = root;
+            r.process_set = process_set;
+            py::gil_scoped_release release;
+            return e.run_sync(std::move(r), timeout_s);
+          },
+          py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
+          py::arg("output"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
+          py::arg("process_set"), py::arg("timeout_s"))
       .def("add_process_set", &Engine::add_process_set, py::arg("ranks"), py::call_guard<py::gil_scoped_release>())
       .def("remove_process_set", &Engine::remove_process_set, py::arg("id"),
            py::call_guard<py::gil_scoped_release>())

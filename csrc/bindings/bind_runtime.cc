@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "backends/gpu_backend.h"
 #include "backends/backend.h"
 #include "common/error.h"
 #include "common/types.h"
@@ -102,13 +103,9 @@ py::dict build_info() {
 #else
   d["cxx_flags"] = "-std=c++17 (debug)";
 #endif
-#ifdef PHV_WITH_NCCL
-  d["nccl"] = true;
-  d["cuda"] = true;
-#else
-  d["nccl"] = false;
-  d["cuda"] = false;
-#endif
+  // What is linked in, not a define: the stub (gpu_backend_stub.cc) answers false in CPU builds.
+  d["nccl"] = gpu_backend_built();
+  d["cuda"] = gpu_backend_built();
   d["shm"] = true;  // shared-memory rings between ranks of one host (ConnectOptions.shm_enable)
   return d;
 }
@@ -157,7 +154,9 @@ void register_options(py::module_& m) {
   py::class_<Tuning>(m, "Tuning")
       .def(py::init<>())
       .def_readwrite("alpha_s", &Tuning::alpha_s)
+      .def_readwrite("alpha_shm_s", &Tuning::alpha_shm_s)
       .def_readwrite("beta_bytes_per_s", &Tuning::beta_bytes_per_s)
+      .def_readwrite("gamma_bytes_per_s", &Tuning::gamma_bytes_per_s)
       .def_readwrite("segment_bytes", &Tuning::segment_bytes)
       .def_readwrite("small_threshold_bytes", &Tuning::small_threshold_bytes)
       .def_readwrite("max_segments_in_flight", &Tuning::max_segments_in_flight);

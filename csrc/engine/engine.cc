@@ -44,6 +44,13 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
   }
   try {
     impl_->core = new EngineCore(*transport, impl_->backend->tuning(), options);
+    // The GPU backend shares our store (NCCL unique ids under <prefix>/gpu), made on the first CUDA request.
+    TcpBackend* tcp = impl_->backend;
+    std::string gpu_prefix = c.store_prefix + "/gpu";
+    double gpu_timeout = options.timeout_s;
+    impl_->core->set_gpu_factory([tcp, gpu_prefix, gpu_timeout, rank = c.rank](int device) {
+      return make_gpu_backend(tcp->store(), gpu_prefix, rank, device, gpu_timeout);
+    });
   } catch (...) {
     delete impl_->explaining;
     impl_->explaining = nullptr;
@@ -58,6 +65,7 @@ Engine::~Engine() { shutdown(); }
 Handle Engine::enqueue(Request request, double timeout_s) { return impl_->core->enqueue(std::move(request), timeout_s); }
 bool Engine::poll(Handle handle) { return impl_->core->poll(handle); }
 Result Engine::wait(Handle handle) { return impl_->core->wait(handle); }
+Result Engine::run_sync(Request request, double timeout_s) { return impl_->core->run_sync(std::move(request), timeout_s); }
 int Engine::add_process_set(const std::vector<int>& ranks) { return impl_->core->add_process_set(ranks); }
 void Engine::remove_process_set(int id) { impl_->core->remove_process_set(id); }
 std::vector<int> Engine::process_set_ranks(int id) const { return impl_->core->process_set_ranks(id); }

@@ -42,6 +42,9 @@ class Engine {
   bool poll(Handle handle);
   // Waits (caller must not hold the GIL). Throws the request's error. Releases the handle.
   Result wait(Handle handle);
+  // enqueue() + wait() for a caller that waits right away (same checks and errors; caller must not
+  // hold the GIL): the calling thread runs the negotiation round, the background thread is not woken.
+  Result run_sync(Request request, double timeout_s /* <=0: options.timeout_s */);
 
   int add_process_set(const std::vector<int>& ranks);  // collective over all ranks; returns id
   void remove_process_set(int id);                      // collective over all ranks

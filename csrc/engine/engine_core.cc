@@ -6,6 +6,7 @@
 
 #include "backends/gpu_backend.h"
 #include "common/logging.h"
+#include "rendezvous/memory_store.h"
 #include "engine/validate.h"
 
 namespace phv {
@@ -48,7 +49,7 @@ EngineCore::~EngineCore() {
   if (thread_.joinable()) shutdown();
 }
 
-Handle EngineCore::submit(const OpPtr& op) {
+Handle EngineCore::submit(const OpPtr& op, bool sync) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || stop_requested_) {
     throw HvdError(ErrorKind::SHUTDOWN, "rank " + std::to_string(rank_) + ": cannot run " +
@@ -68,17 +69,28 @@ Handle EngineCore::submit(const OpPtr& op) {
   op->seq = next_seq_++;
   if (op->desc.kind != static_cast<uint8_t>(OpType::JOIN)) in_flight_.emplace(op->desc.key(), op->handle);
   handles_.emplace(op->handle, op);
-  // Wake the background thread on the first enqueue of a burst only: it takes the whole queue.
+  // Wake the background thread on the first enqueue of a burst only: it takes the whole queue. A
+  // synchronous caller drives the round itself, so waking the thread would only cost a context switch.
   bool first = incoming_.empty();
   incoming_.push_back(op);
   if (first) {
-    incoming_since_ = Clock::now();
-    work_cv_.notify_one();
+    incoming_since_ = op->enqueued;
+    if (!sync) work_cv_.notify_one();
   }
+  if (sync) ++callers_waiting_;
   return op->handle;
 }
 
-Handle EngineCore::enqueue(Request request, double timeout_s) {
+Handle EngineCore::enqueue(Request request, double timeout_s) { return submit(make_op(std::move(request), timeout_s)); }
+
+Result EngineCore::run_sync(Request request, double timeout_s) {
+  OpPtr op = make_op(std::move(request), timeout_s);
+  Handle handle = submit(op, true);
+  std::unique_lock<std::mutex> lock(mu_);
+  return wait_locked(lock, handle, true);
+}
+
+EngineCore::OpPtr EngineCore::make_op(Request request, double timeout_s) {
   auto op = std::make_shared<Op>();
   op->timeout_s = timeout_s > 0 ? timeout_s : options_.timeout_s;
   if (request.name.empty()) {
@@ -98,11 +110,47 @@ Handle EngineCore::enqueue(Request request, double timeout_s) {
     std::pair<int, int> where = sets_.check_member(request.process_set, op_type_name(request.type));
     op->desc = validate_request(request, where.first);
     op->set_index = where.second;
+    if (request.device >= 0 && request.type != OpType::BARRIER) check_gpu(request);
   }
   op->req = std::move(request);
   op->enqueued = Clock::now();
   op->deadline = deadline_after(op->timeout_s);
-  return submit(op);
+  return op;
+}
+
+void EngineCore::check_gpu(const Request& request) {
+  // Refused here, per request: NCCL cannot do these, and the engine's fallbacks (identity fill for
+  // joined ranks, host-side copies) assume host memory.
+  PHV_CHECK_ARG(request.dtype != DataType::INT16, op_type_name(request.type), " '", request.name,
+                "': int16 CUDA tensors are not supported (NCCL has no int16)");
+  PHV_CHECK_ARG(request.type != OpType::BROADCAST || request.input == request.output, "broadcast '",
+                request.name, "': CUDA tensors are broadcast in place (input must equal output)");
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  if (gpu_) {
+    PHV_CHECK_ARG(request.device == gpu_device_, op_type_name(request.type), " '", request.name, "': rank ",
+                  rank_, " runs its CUDA collectives on cuda:", gpu_device_, ", got a tensor on cuda:",
+                  request.device, " (one device per process)");
+    return;
+  }
+  if (!gpu_factory_) {
+    // Engines without a TcpBackend (C++ tests): a single rank needs no rendezvous, so a private
+    // in-memory store will do; several ranks would need the real one.
+    PHV_CHECK_ARG(size_ == 1, "this engine has no rendezvous store for the GPU backend");
+    gpu_store_ = std::make_unique<MemoryStore>();
+    gpu_factory_ = [this](int device) {
+      return make_gpu_backend(*gpu_store_, "phv", rank_, device, options_.timeout_s);
+    };
+  }
+  // A backend that cannot be made (no CUDA device, a build without NCCL) is not an argument error: the
+  // request still goes through negotiation, so a rank that used a CPU tensor is told about the mismatch,
+  // and otherwise it fails alone in run_unit() with this message (the engine keeps working).
+  try {
+    gpu_ = gpu_factory_(request.device);
+    gpu_device_ = request.device;
+    executor_.set_gpu(gpu_.get());
+  } catch (const HvdError& e) {
+    gpu_error_ = e.what();
+  }
 }
 
 bool EngineCore::poll(Handle handle) {
@@ -114,7 +162,12 @@ bool EngineCore::poll(Handle handle) {
 
 Result EngineCore::wait(Handle handle) {
   std::unique_lock<std::mutex> lock(mu_);
+  return wait_locked(lock, handle, false);
+}
+
+Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, bool counted) {
   auto it = handles_.find(handle);
+  if (it == handles_.end() && counted) --callers_waiting_;
   PHV_CHECK_ARG(it != handles_.end(), "unknown handle ", handle, " (already waited for?)");
   OpPtr op = it->second;
   // The engine resolves every request by its deadline (a TIMEOUT verdict at worst); the margin only
@@ -124,9 +177,10 @@ Result EngineCore::wait(Handle handle) {
   // Fast path: rather than hand the request to the background thread and sleep until it is done (two
   // thread wake-ups per request), the caller runs the rounds itself while its request is pending, when
   // the round token is free; whoever holds the token wakes the waiting callers after each round.
-  ++callers_waiting_;
+  if (!counted) ++callers_waiting_;
   while (!op->done) {
-    bool can_progress = !all_waiting_ || Clock::now() >= next_cycle_;
+    // A fresh enqueue is news for the other ranks even when the last round found everybody waiting.
+    bool can_progress = !all_waiting_ || !incoming_.empty() || Clock::now() >= next_cycle_;
     if (!stopped_ && !stop_requested_ && can_progress && round_mu_.try_lock()) {
       lock.unlock();
       run_round();

@@ -17,13 +17,16 @@
 // that first error.
 #pragma once
 #include <array>
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 #include "algorithms/tuning.h"
+#include "backends/gpu_backend.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "engine/messages.h"
@@ -35,6 +38,9 @@
 
 namespace phv {
 
+// Makes this rank's GPU backend for a CUDA device (Engine: make_gpu_backend over the TcpBackend's store).
+using GpuFactory = std::function<std::unique_ptr<GpuBackend>(int device)>;
+
 class EngineCore {
  public:
   // transport must outlive the core (or, after a shutdown that timed out, be leaked with it).
@@ -44,6 +50,10 @@ class EngineCore {
   Handle enqueue(Request request, double timeout_s);
   bool poll(Handle handle);
   Result wait(Handle handle);
+  // enqueue + wait in one step (the synchronous fast path): the background thread is not woken (the
+  // caller runs the rounds itself) and the op never waits for a burst to gather. Same checks, names,
+  // negotiation and errors as enqueue() followed by wait().
+  Result run_sync(Request request, double timeout_s);
   int add_process_set(const std::vector<int>& ranks);
   void remove_process_set(int id);
   std::vector<int> process_set_ranks(int id) const { return sets_.ranks(id); }
@@ -55,11 +65,18 @@ class EngineCore {
   bool shutdown();
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Set once, before the first enqueue. Without it, CUDA requests are refused at enqueue.
+  void set_gpu_factory(GpuFactory factory) { gpu_factory_ = std::move(factory); }
 
  private:
   using OpPtr = std::shared_ptr<Op>;
 
-  Handle submit(const OpPtr& op);  // under no lock; checks duplicates and the stopped state
+  void check_gpu(const Request& request);  // enqueue of a CUDA request: argument checks, makes the backend
+  OpPtr make_op(Request request, double timeout_s);  // enqueue's validation and naming
+  // Under no lock; checks duplicates and the stopped state. sync: the caller waits right away (counted
+  // in callers_waiting_ already, so nobody wakes the background thread for it).
+  Handle submit(const OpPtr& op, bool sync = false);
+  Result wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, bool counted);
   void loop();
   bool background_due() const;     // under mu_: should the background thread run a round now?
   void run_round();                // holding round_mu_: one negotiation round and its execution
@@ -134,6 +151,16 @@ class EngineCore {
   std::vector<OpPtr> unit_ops_;
   std::vector<OpPtr> finished_;
   Key tmp_key_;
+
+  // The GPU backend: created on the caller's thread by the first CUDA enqueue (a local step: no
+  // communication, so a failure refuses only that request), for that request's device; used by the
+  // executor on the round token holder's thread (published through mu_ by the submit that follows).
+  GpuFactory gpu_factory_;
+  std::unique_ptr<Store> gpu_store_;  // only without a factory (single-rank C++ tests)
+  std::mutex gpu_mu_;
+  std::unique_ptr<GpuBackend> gpu_;
+  int gpu_device_ = -1;
+  std::string gpu_error_;  // why the last attempt to make it failed
 
   std::thread thread_;
 };

@@ -148,6 +148,21 @@ void EngineCore::run_unit(size_t begin, size_t end) {
     }
   }
   if (timeout <= 0) timeout = options_.timeout_s;
+  if (first.device >= 0 && first.kind != static_cast<uint8_t>(OpType::BARRIER)) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(gpu_mu_);
+      if (!gpu_) why = gpu_error_.empty() ? "no GPU backend" : gpu_error_;
+    }
+    if (!why.empty()) {  // every rank of a job without a usable GPU backend fails it here alike
+      for (OpPtr& op : unit_ops_) {
+        if (!op) continue;
+        pending_.erase(op->desc.key());
+        fail(op, ErrorKind::INVALID_ARGUMENT, "rank " + std::to_string(rank_) + ": " + op->label() + ": " + why);
+      }
+      return;
+    }
+  }
   uint64_t seq = ++ps->ops_run;
   if (rank_ == 0 && timeline_.active()) {
     Clock::time_point now = Clock::now();

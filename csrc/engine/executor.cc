@@ -45,9 +45,12 @@ void Executor::spans(const std::vector<UnitEntry>& unit, const std::string& name
 
 void Executor::run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline) {
   const Desc& d = *unit.front().agreed;
-  if (d.device >= 0) {
-    // Never reached: the coordinator answers CUDA requests with a per-request error (negotiation.cc).
-    throw_error(ErrorKind::INVALID_ARGUMENT, "CUDA tensors are not supported by the engine in this build");
+  if (d.device >= 0 && static_cast<OpType>(d.kind) != OpType::BARRIER) {
+    GpuBackend* gpu = gpu_.load(std::memory_order_acquire);
+    // Never null here: enqueue creates the backend (or refuses the request) before submitting.
+    if (gpu == nullptr) throw_error(ErrorKind::INTERNAL, "a CUDA request reached the executor without a GPU backend");
+    run_gpu(*gpu, comm, unit, deadline);
+    return;
   }
   std::string op_span = span_name("", d.kind);
   switch (static_cast<OpType>(d.kind)) {

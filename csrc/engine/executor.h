@@ -5,13 +5,21 @@
 // A rank that has joined and lacks some of the unit's requests (entry.op == nullptr) contributes the
 // reduction's identity for them and discards the result.
 //
+// CUDA units (device >= 0) go to the GpuBackend (gpu_backend.h) instead, which orders itself after each
+// request's producer stream and returns when its work is complete. Their copies: a fused allreduce does
+// k device-to-device copies into the backend's fusion buffer and k out; allgather/alltoall write into
+// device memory from GpuBackend::allocate that the Result owns (Result.device_output): no host copies.
+// The alltoall splits (host int64s) are exchanged over the host transport first.
+//
 // Copies: a lone allreduce copies input -> output once when out of place, then reduces in place; a
 // fused unit copies every input in and every result out (2 copies of each tensor).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 #include "algorithms/tuning.h"
+#include "backends/gpu_backend.h"
 #include "engine/op.h"
 #include "engine/process_set.h"
 #include "engine/timeline.h"
@@ -30,6 +38,8 @@ class Executor {
 
   // Throws HvdError from the algorithms (the caller adds the request context).
   void run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
+  // Published once by the first CUDA enqueue (another thread), before any CUDA unit can run.
+  void set_gpu(GpuBackend* gpu) { gpu_.store(gpu, std::memory_order_release); }
 
  private:
   void allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
@@ -37,6 +47,7 @@ class Executor {
   void broadcast(const Comm& comm, const UnitEntry& e, Deadline deadline);
   void alltoall(const Comm& comm, const UnitEntry& e, Deadline deadline);
   void reducescatter(const Comm& comm, const UnitEntry& e, Deadline deadline);
+  void run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
   uint8_t* scratch(size_t bytes);
   void spans(const std::vector<UnitEntry>& unit, const std::string& name, bool begin);
 
@@ -44,6 +55,7 @@ class Executor {
   Timeline& timeline_;
   std::vector<uint8_t> fusion_;  // grows to the largest unit, never shrinks: no allocation per cycle
   std::vector<size_t> sizes_;
+  std::atomic<GpuBackend*> gpu_{nullptr};
 };
 
 }  // namespace phv

@@ -180,6 +180,9 @@ void Coordinator::take_bits(const std::vector<RankMessage>& msgs, Clock::time_po
           add_error(out, d.key(), d.kind, ErrorKind::INTERNAL,
                     label(d.kind, d.key()) + " cannot run while ranks " +
                         ranks_str(joined_missing_members(members)) + " have joined: only allreduce supports join");
+        } else if (joined_missing && d.device >= 0) {  // as in verdict(): no device identity fill
+          add_error(out, d.key(), d.kind, ErrorKind::INVALID_ARGUMENT,
+                    label(d.kind, d.key()) + ": CUDA tensors cannot be reduced while ranks have joined");
         } else {
           ResponseItem& item = out.add();
           item.type = ItemType::CACHED;
@@ -345,11 +348,18 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
     }
   }
   if (msg.empty() && a.device >= 0) {
-    // Refused per request (the engine keeps working): builds without NCCL cannot run CUDA tensors, and
-    // the GPU backend (backends/gpu_backend.h) is not dispatched from the engine yet.
-    kind = ErrorKind::INVALID_ARGUMENT;
-    msg = gpu_built_ ? "CUDA tensors are not supported by the engine yet (the GPU backend is not wired in)"
-                     : "CUDA tensors need the GPU backend (NCCL), and pyhorovod was built without it";
+    // Refused per request (the engine keeps working). enqueue() already refuses CUDA tensors in builds
+    // without NCCL (the stub's error); this is the same answer should one get here anyway. Joined ranks
+    // would have to contribute a reduction identity in device memory, which the GPU path does not do.
+    bool joined = false;
+    for (int m : members) joined = joined || !e.have[static_cast<size_t>(m)];
+    if (!gpu_built_) {
+      kind = ErrorKind::INVALID_ARGUMENT;
+      msg = "pyhorovod was built without the GPU backend (NCCL), so CUDA tensors are not supported";
+    } else if (joined) {
+      kind = ErrorKind::INVALID_ARGUMENT;
+      msg = label(a.kind, key) + ": CUDA tensors cannot be reduced while ranks have joined";
+    }
   }
   if (!msg.empty()) {
     add_error(out, key, a.kind, kind, msg);

@@ -294,6 +294,34 @@ void test_errors() {
   peer.join();
 }
 
+// The alpha-beta-gamma model (tuning.h): closed forms at p = 2 and 4, the cap, the overrides, and the
+// segment sizes for TCP and shared memory.
+void test_tuning() {
+  Tuning t;
+  auto near = [](size_t got, double want) { return std::fabs(static_cast<double>(got) - want) <= 1.0; };
+  CHECK(small_message_threshold(t, 1) == 0, "p=1");
+  CHECK(near(small_message_threshold(t, 2, false), 2 * t.alpha_s * t.gamma_bytes_per_s), "p=2 tcp: %zu",
+        small_message_threshold(t, 2, false));
+  CHECK(near(small_message_threshold(t, 2, true), 2 * t.alpha_shm_s * t.gamma_bytes_per_s), "p=2 shm");
+  double p4 = 4 * t.alpha_s / (0.5 / t.beta_bytes_per_s + 1.25 / t.gamma_bytes_per_s);
+  CHECK(near(small_message_threshold(t, 4, false), p4), "p=4 tcp: %zu vs %.0f", small_message_threshold(t, 4), p4);
+  double p3 = t.alpha_shm_s / ((3 - 4.0 / 3) / t.beta_bytes_per_s + (2 - 2.0 / 3) / t.gamma_bytes_per_s);
+  CHECK(near(small_message_threshold(t, 3, true), p3), "p=3 shm");
+  CHECK(small_message_threshold(t, 2, true) < small_message_threshold(t, 2, false), "shm hop is cheaper");
+  Tuning slow = t;
+  slow.alpha_s = 1.0;  // absurd latency: capped at 1 MiB
+  CHECK(small_message_threshold(slow, 2) == (size_t(1) << 20), "cap");
+  Tuning fixed = t;
+  fixed.small_threshold_bytes = 123;
+  fixed.segment_bytes = 4096;
+  CHECK(small_message_threshold(fixed, 4, true) == 123 && segment_size(fixed, 1 << 20, true) == 4096, "overrides");
+  CHECK(segment_size(t, 0, false) == (size_t(1) << 20), "tcp segment %zu", segment_size(t, 0, false));
+  CHECK(segment_size(t, 0, true) == (size_t(256) << 10), "shm segment %zu", segment_size(t, 0, true));
+  // 3 MiB + 1 byte over TCP: 4 segments of nearly equal size, rounded up to 64 bytes.
+  CHECK(segment_size(t, (size_t(3) << 20) + 1, false) == ((size_t(3) << 20) / 4 + 64), "balanced %zu",
+        segment_size(t, (size_t(3) << 20) + 1, false));
+}
+
 }  // namespace
 
 int main() {
@@ -314,6 +342,7 @@ int main() {
   Tuning force_binomial, force_chain = many_segments;
   force_binomial.small_threshold_bytes = size_t(1) << 30;
   force_chain.small_threshold_bytes = 1;
+  test_tuning();
   for (int p : kWorlds) {
     test_allreduce(p, "ring_allreduce(seg 64)", ring, many_segments);
     test_allreduce(p, "ring_allreduce(default)", ring, defaults);

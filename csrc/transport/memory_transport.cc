@@ -112,6 +112,8 @@ RequestId MemoryTransport::post_recv(int peer, void* buf, size_t len) {
 
 bool MemoryTransport::recv_in_place(int peer) const { return world_->in_place && peer != rank_; }
 
+bool MemoryTransport::shared_memory_everywhere() const { return world_->in_place && world_->size > 1; }
+
 RequestId MemoryTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
   if (!recv_in_place(peer)) return Transport::post_recv_sink(peer, len, grain, sink);  // throws
   PHV_CHECK_ARG(sink != nullptr && grain >= 1 && 64 % grain == 0, "memory transport: bad sink or grain ", grain);

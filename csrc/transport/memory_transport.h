@@ -30,6 +30,7 @@ class MemoryTransport : public Transport {
   RequestId post_recv(int peer, void* buf, size_t len) override;
   bool recv_in_place(int peer) const override;
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
+  bool shared_memory_everywhere() const override;  // an in_place world (threads share memory)
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override;
   std::string describe_peer(int peer) const override;

@@ -174,7 +174,8 @@ std::string shm_host_id() {
 
 std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
                                                       const std::vector<std::string>& addrs, bool enable,
-                                                      size_t ring_bytes, Deadline deadline) {
+                                                      size_t ring_bytes, Deadline deadline,
+                                                      bool* all_local) {
   const int size = static_cast<int>(fds.size());
   std::vector<std::unique_ptr<ShmLink>> links(size);
   auto who = [&](int p) { return "rank " + std::to_string(p) + " (" + addrs[p] + ")"; };
@@ -192,6 +193,11 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
     uint8_t theirs[33];
     recv_all(fds[p], theirs, sizeof(theirs), deadline, who(p));
     same[p] = enable && theirs[0] == 1 && std::memcmp(theirs + 1, mine + 1, 32) == 0;
+  }
+  if (all_local) {
+    *all_local = enable && size > 1;
+    for (int p = 0; p < size; ++p)
+      if (p != rank && !same[p]) *all_local = false;
   }
   // Phase 3: the lower rank of each same-host pair creates the mapping and sends its name ("" = failed).
   std::vector<std::string> names(size);

@@ -37,6 +37,10 @@ namespace phv {
 
 constexpr size_t kShmDefaultRingBytes = size_t(1) << 20;  // per direction (tuned: RESULTS_performance.md)
 constexpr size_t kShmAlign = 64;                          // message slots start at multiples of this
+// The producer publishes (and the consumer releases) at least every this many bytes inside a long
+// message, so the other side starts reading (reusing) a segment's first bytes while the rest is still
+// being copied (reduced): a pipeline inside each message, and the bytes are read while still in cache.
+constexpr size_t kShmPublishBytes = size_t(64) << 10;
 
 class ShmLink {
  public:
@@ -94,8 +98,12 @@ std::string shm_host_id();
 // where the pair uses TCP. Small fixed-size messages only; throws HvdError on a broken connection.
 // ring_bytes: the data size per direction of the links this rank creates (rounded up to a power of two
 // >= 64 KiB); a link's size is decided by its creator (the lower rank) and read back by its peer.
+// all_local (optional) is set to whether every rank enabled shared memory and runs on this host -- the
+// same answer on every rank (host identity is an equivalence), even where a pair's mapping later fails
+// and that pair falls back to TCP.
 std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
                                                       const std::vector<std::string>& addrs, bool enable,
-                                                      size_t ring_bytes, Deadline deadline);
+                                                      size_t ring_bytes, Deadline deadline,
+                                                      bool* all_local = nullptr);
 
 }  // namespace phv

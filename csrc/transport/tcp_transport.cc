@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -17,10 +16,11 @@ namespace {
 
 constexpr uint32_t kMessageMagic = 0x4d564850;  // "PHVM"
 constexpr int kMaxIov = 64;                     // iovecs per system call (header + payload per message)
-// Default spin before sleeping (shm peers), measured in RESULTS_performance.md: when every local rank has
-// a CPU of its own, and when they do not (then the spin yields the CPU on every turn).
+// Default spin (yielding the CPU on every turn) before sleeping when shm peers have work: 4 B at n=4 on
+// 2 cores under load took 228 us with 0, 89 us with 20, 83 us with 200 (RESULTS_performance.md).
 constexpr int kSpinUs = 50;
-constexpr int kSpinCrowdedUs = 0;
+// ... of which the first part spins with the pause instruction before yielding (tcp_transport_shm.cc).
+constexpr long kPauseNs = 2000;
 
 void encode_header(uint8_t* h, uint32_t seq, uint64_t len) {
   for (int i = 0; i < 4; ++i) h[i] = uint8_t(kMessageMagic >> (8 * i));
@@ -33,7 +33,11 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
-    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), spin_yield_(options.shm_yield > 0),
+    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), 
+      pause_ns_(options.shm_yield == 0 ? 1000L * std::max(0, options.shm_spin_us) : options.shm_yield > 0 ? 0 : kPauseNs),
+      in_place_(options.shm_in_place),
+      publish_bytes_(std::max(kShmAlign, (options.shm_publish_bytes ? options.shm_publish_bytes : kShmPublishBytes) /
+                                             kShmAlign * kShmAlign)),
       peers_(options.size) {
   std::vector<MeshConnection> conns = connect_mesh(store, options, &rejected_);
   for (int p = 0; p < size_; ++p) {
@@ -49,21 +53,11 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
     }
     auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable,
                                  options.shm_ring_bytes ? options.shm_ring_bytes : kShmDefaultRingBytes,
-                                 deadline_after(options.connect_timeout_s));
-    int local = 1;
-    for (int p = 0; p < size_; ++p) {
-      peers_[p].shm = std::move(links[p]);
-      local += peers_[p].shm ? 1 : 0;
-    }
-    // Spinning helps only if the peer is running at the same time: with more local ranks than CPUs
-    // (4 ranks on 2 cores) a spinning rank steals the core its peer needs, so then it yields the core
-    // while it spins (and sleeps sooner).
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    bool crowded = local > ncpu;
-    if (spin_us_ < 0) spin_us_ = crowded ? kSpinCrowdedUs : kSpinUs;
-    if (options.shm_yield < 0) spin_yield_ = crowded;
+                                 deadline_after(options.connect_timeout_s), &all_local_);
+    for (int p = 0; p < size_; ++p) peers_[p].shm = std::move(links[p]);
   }
+  if (spin_us_ < 0) spin_us_ = kSpinUs;
+  if (options.shm_yield == 0) pause_ns_ = 1000L * spin_us_;
 }
 
 TcpTransport::~TcpTransport() { close(); }
@@ -147,7 +141,7 @@ RequestId TcpTransport::post_recv(int peer, void* buf, size_t len) {
 
 RequestId TcpTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
   check_usable(peer, "receive");
-  if (!uses_shm(peer)) return Transport::post_recv_sink(peer, len, grain, sink);  // throws
+  if (!recv_in_place(peer)) return Transport::post_recv_sink(peer, len, grain, sink);  // throws
   PHV_CHECK_ARG(sink != nullptr && grain >= 1 && kShmAlign % grain == 0, "rank ", rank_,
                 ": zero-copy receive needs a sink and a grain dividing ", kShmAlign, " (got ", grain, ")");
   Op op{next_id_++, nullptr, len, 0, 0, sink, grain, {}, Clock::now()};
@@ -185,11 +179,11 @@ void TcpTransport::check_header(int peer, const Op& op) {
   for (int i = 0; i < 4; ++i) magic |= uint32_t(h[i]) << (8 * i);
   for (int i = 0; i < 4; ++i) seq |= uint32_t(h[4 + i]) << (8 * i);
   for (int i = 0; i < 8; ++i) len |= uint64_t(h[8 + i]) << (8 * i);
+  if (magic == kMessageMagic && seq == op.seq && len == op.len) return;  // (no stream on the hot path)
   std::ostringstream why;
   if (magic != kMessageMagic) why << "bad message magic 0x" << std::hex << magic << std::dec;
   else if (seq != op.seq) why << "message #" << seq << " arrived where #" << op.seq << " was expected";
-  else if (len != op.len) why << "message of " << len << " bytes, but the posted receive expects " << op.len;
-  else return;
+  else why << "message of " << len << " bytes, but the posted receive expects " << op.len;
   fail(ErrorKind::INTERNAL, "protocol error from " + describe_peer(peer) + ": " + why.str());
 }
 

@@ -40,8 +40,9 @@ class TcpTransport : public Transport {
   int size() const override { return size_; }
   RequestId post_send(int peer, const void* buf, size_t len) override;
   RequestId post_recv(int peer, void* buf, size_t len) override;
-  bool recv_in_place(int peer) const override { return uses_shm(peer); }
+  bool recv_in_place(int peer) const override { return in_place_ && uses_shm(peer); }
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
+  bool shared_memory_everywhere() const override { return all_local_; }
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return pending_; }
   std::string describe_peer(int peer) const override;
@@ -91,7 +92,10 @@ class TcpTransport : public Transport {
 
   int rank_, size_;
   int spin_us_;
-  bool spin_yield_;
+  long pause_ns_;   // spin_shm(): spin with the pause instruction this long, then yield on every turn
+  bool in_place_;
+  size_t publish_bytes_;
+  bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled
   std::vector<Peer> peers_;
   std::deque<Op> self_sends_, self_recvs_;
   std::vector<RequestId> done_;  // completed, not yet reported by progress()

@@ -1,7 +1,6 @@
 #include "transport/transport.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "common/error.h"
 
@@ -13,12 +12,20 @@ RequestId Transport::post_recv_sink(int peer, size_t len, size_t /*grain*/, Recv
 }
 
 void Transport::wait_all(const std::vector<RequestId>& ids, Deadline deadline) {
-  std::unordered_set<RequestId> pending(ids.begin(), ids.end());
+  // A linear scan: collectives wait for a handful of requests at a time, and this sits on the
+  // small-message path (no hash set to allocate per call).
+  std::vector<RequestId> waiting(ids);
   std::vector<RequestId> done;
-  while (!pending.empty() && this->pending() > 0) {
+  while (!waiting.empty() && this->pending() > 0) {
     done.clear();
     progress(done, deadline);
-    for (RequestId id : done) pending.erase(id);
+    for (RequestId id : done) {
+      auto it = std::find(waiting.begin(), waiting.end(), id);
+      if (it != waiting.end()) {
+        *it = waiting.back();
+        waiting.pop_back();
+      }
+    }
   }
 }
 

@@ -53,6 +53,11 @@ class Transport {
   virtual bool recv_in_place(int /*peer*/) const { return false; }
   virtual RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink);
 
+  // True when every pair of ranks exchanges data through shared memory (all on one host), with the
+  // same answer on every rank: algorithms may choose parameters that both ends of a message must agree
+  // on (segment sizes, small-message thresholds) by it -- never by recv_in_place(), which is per link.
+  virtual bool shared_memory_everywhere() const { return false; }
+
   // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
   // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.
   virtual void progress(std::vector<RequestId>& completed, Deadline deadline) = 0;

@@ -126,7 +126,9 @@ def check_build() -> int:
     print("\nAvailable tensor operations:")
     print("    [X] TCP ring")
     print(f"    [{'X' if info.get('shm') else ' '}] shared memory")
-    print(f"    [{'X' if info.get('nccl') else ' '}] NCCL")
+    # build_info's nccl is what is linked in (gpu_backend_built()), not a compile-time wish.
+    print(f"    [{'X' if info.get('nccl') else ' '}] NCCL (CUDA tensors; "
+          f"{'GPU backend built' if info.get('nccl') else 'not built: PYHOROVOD_WITH_NCCL=ON to require it'})")
     print("\nBuild:")
     for key in sorted(info):
         print(f"    {key}: {info[key]}")

@@ -4,7 +4,9 @@ mpirun starts the ranks (locally or through its own ssh/batch-system plumbing) a
 through OMPI_COMM_WORLD_* variables, which pyhorovod's bootstrap reads. The launcher still hosts the
 rendezvous store, so ranks need neither mpi4py nor a fixed port: its address, port and the secret reach the
 ranks as `-x NAME` (export by name: mpirun copies the value from its own environment, so the secret is
-not on mpirun's command line). mpirun itself provides fail-fast and output tagging (`--tag-output`).
+not on mpirun's command line). mpirun itself provides fail-fast and output tagging (`--tag-output`); the
+launcher reads mpirun's output and reassembles each rank's lines (output.MpiTaggedDemux), since mpirun tags
+every write, not every line, and lines written in pieces would otherwise run together.
 """
 from __future__ import annotations
 
@@ -12,11 +14,17 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
+import threading
 from typing import Dict, List, Optional, Sequence
 
+from . import output
 from .hosts import HostSpec
 from .launch import start_store
+
+# After mpirun was asked to stop (it forwards SIGTERM to the ranks), how long before it is killed.
+STOP_GRACE_S = 10.0
 
 
 def mpirun_argv(np: int, hosts: Optional[Sequence[HostSpec]], export_names: Sequence[str],
@@ -61,6 +69,35 @@ def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str]
                            as_root=os.geteuid() == 0, mpirun=mpirun, output_dir=output_dir)
         if verbose:
             print(f"[pyhorovod] {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-        return subprocess.call(argv, env=env)
+        return _run_mpirun(argv, env)
     finally:
         store.close()
+
+
+def _run_mpirun(argv: List[str], env: Dict[str, str]) -> int:
+    """Runs mpirun with its output relayed line by line; SIGTERM to the launcher is passed on to mpirun
+    (which passes it to the ranks); Ctrl-C reaches mpirun from the terminal by itself."""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink()),
+             output.pump_mpi_stream(proc.stderr, output.stderr_sink())]
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))
+    try:
+        code = proc.wait()
+    except BaseException:  # KeyboardInterrupt: stop mpirun (and so the ranks) before leaving
+        proc.terminate()
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        for pump in pumps:
+            # mpirun has exited, so its pipes reach EOF unless a rank's orphan holds them: do not wait long.
+            pump.join(5.0)
+    return code

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import threading
 import time
-from typing import BinaryIO, Deque, List, Optional
+from typing import BinaryIO, Deque, Dict, List, Optional, Tuple
 
 TAIL_LINES = 60
 
@@ -73,6 +74,100 @@ class StreamPump:
 
     def tail_text(self) -> str:
         return b"".join(self.tail).decode(errors="replace")
+
+
+# Open MPI's `--tag-output` prefix: `[jobid,rank]<stream>:`.
+_MPI_TAG = re.compile(rb"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+
+
+class MpiTaggedDemux:
+    """Turns one of mpirun's `--tag-output` streams back into whole lines per rank.
+
+    mpirun (Open MPI 4) tags every *write* a rank makes, not every line: a rank that writes "RESULT x"
+    and then "\n" in two calls (print() on an unbuffered stream does exactly that) appears as
+    `[1,0]<stdout>:RESULT x[1,0]<stdout>:\n`, with other ranks' fragments possibly in between. So the
+    stream is a sequence of *fragments*, each a tag followed by text up to the end of a line or up to
+    the next tag. Fragments are appended to a per-(rank, stream) line buffer, and each completed line
+    is written once as `[rank]<stream>:line` (the format of pyhorovod's own launcher). Text that does not
+    start with a tag (mpirun's own messages) is passed through as it is. A rank line that itself
+    contains a tag-shaped string is cut there: the format leaves no way to tell the two apart."""
+
+    def __init__(self, sink: BinaryIO):
+        self._sink = sink
+        self._buf = b""
+        self._partial: Dict[Tuple[int, bytes], bytes] = {}   # (rank, stream) -> its unfinished line
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        self._drain(final=False)
+
+    def close(self) -> None:
+        """End of the stream: unfinished fragments and lines become lines of their own."""
+        self._drain(final=True)
+        for (rank, stream), text in sorted(self._partial.items()):
+            if text:
+                self._line(rank, stream, text + b"\n")
+        self._partial.clear()
+
+    def _drain(self, final: bool) -> None:
+        buf, pos = self._buf, 0
+        while pos < len(buf):
+            tag = _MPI_TAG.match(buf, pos)
+            start = tag.end() if tag else pos
+            newline = buf.find(b"\n", start)
+            following = _MPI_TAG.search(buf, start, newline if newline >= 0 else len(buf))
+            if following is not None:
+                end = following.start()
+            elif newline >= 0:
+                end = newline + 1
+            elif final:
+                end = len(buf)
+            else:
+                break  # the fragment may go on in the next read, or the buffer ends inside a tag: wait
+            text = buf[start:end]
+            if tag is None:
+                self._write(text)
+            else:
+                rank, stream = int(tag.group(2)), tag.group(3).replace(b"stddiag", b"stderr")
+                line = self._partial.pop((rank, stream), b"") + text
+                if line.endswith(b"\n"):
+                    self._line(rank, stream, line)
+                else:
+                    self._partial[(rank, stream)] = line
+            pos = end
+        self._buf = buf[pos:]
+
+    def _line(self, rank: int, stream: bytes, line: bytes) -> None:
+        self._write(b"[%d]<%s>:" % (rank, stream) + line)
+
+    def _write(self, data: bytes) -> None:
+        with _write_lock:
+            try:
+                self._sink.write(data)
+                self._sink.flush()
+            except (OSError, ValueError):
+                pass  # our own stdout is gone: keep draining mpirun
+
+
+def pump_mpi_stream(pipe: BinaryIO, sink: BinaryIO) -> threading.Thread:
+    """Reads one of mpirun's pipes on a background thread through a MpiTaggedDemux into sink."""
+    demux = MpiTaggedDemux(sink)
+
+    def run() -> None:
+        try:
+            while True:
+                data = os.read(pipe.fileno(), 65536)
+                if not data:
+                    break
+                demux.feed(data)
+        except OSError:
+            pass
+        finally:
+            demux.close()
+
+    thread = threading.Thread(target=run, name="pump-mpirun", daemon=True)
+    thread.start()
+    return thread
 
 
 def stdout_sink() -> BinaryIO:

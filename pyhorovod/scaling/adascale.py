@@ -93,7 +93,8 @@ class AdaScalePolicy:
     """DistributedOptimizer(lr_scaling="adascale") glue: the LR multiplier of step t is the gain r from
     the noise-scale estimator's EMAs (up to the previous step), with base batch B0 = estimator.b_small and
     scale s = b_big / b_small; `progress` is tau, the scale-invariant step count to drive the user's LR
-    schedule with (AdaScale evaluates the schedule at tau, not at t)."""
+    schedule with (AdaScale evaluates the schedule at tau, not at t); noise_scale_report() carries both
+    as adascale_gain and adascale_progress."""
 
     def __init__(self, estimator, verbose=True, log_every=100):
         self.estimator = estimator
@@ -102,6 +103,7 @@ class AdaScalePolicy:
         self.gain = 1.0
         self.verbose, self.log_every = verbose, log_every
         self._step = None
+        estimator.adascale = self   # its report() then carries adascale_gain and adascale_progress
 
     def multiplier(self, step):
         if step != self._step:   # the optimizer asks more than once per step: advance tau once

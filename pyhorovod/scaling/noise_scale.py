@@ -146,6 +146,7 @@ class NoiseScaleEstimator:
         self.log_every = int(log_every)
         self.log_fn = log_fn
         self.advisor = advisor
+        self.adascale = None   # set by adascale.AdaScalePolicy (lr_scaling="adascale")
 
     @classmethod
     def for_config(cls, local_batch, size, backward_passes_per_step=1, **kwargs):
@@ -242,6 +243,9 @@ class NoiseScaleEstimator:
                 name: {"b_simple": self._ratio(g[i], tr[i]), "grad_sq": _num(g[i]),
                        "trace_sigma": _num(tr[i])}
                 for i, name in enumerate(self.group_names)}
+        if self.adascale is not None:
+            rep["adascale_gain"] = self.adascale.gain
+            rep["adascale_progress"] = self.adascale.progress
         if self.advisor is not None and rep["b_simple"] is not None:
             rep.update(self.advisor.advise(rep["b_simple"], step=self.step))
         return rep

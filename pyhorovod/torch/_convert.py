@@ -61,6 +61,12 @@ def device_of(tensor):
     return tensor.device.index if tensor.device.type == "cuda" else -1
 
 
+def stream_of(tensor):
+    """The cudaStream_t the tensor's producers are queued on (the device's current stream): the GPU backend
+    orders the collective after it. 0 (unused) for CPU tensors."""
+    return torch.cuda.current_stream(tensor.device).cuda_stream if tensor.is_cuda else 0
+
+
 def contiguous(tensor):
     # detach(): the engine writes through raw pointers, outside autograd's knowledge.
     t = tensor.detach()
@@ -107,9 +113,14 @@ def set_size(ps):
 
 def from_result(result, dtype, device=None):
     """The engine-owned output bytes of allgather/alltoall as a tensor of `dtype` in the result's shape
-    (no copy: the tensor shares the numpy array's memory, which it keeps alive)."""
+    (no copy: the tensor shares the numpy array's, or for CUDA requests the device buffer's, memory, which
+    it keeps alive)."""
     shape = tuple(int(s) for s in result.output_shape)
     out = result.output
+    if isinstance(out, _core.DeviceBuffer):
+        # CUDA request: the engine's device memory, wrapped without a copy (the tensor keeps it alive).
+        flat = torch.as_tensor(out, device=torch.device("cuda", out.device))
+        return flat.view(dtype).reshape(shape)
     if out is None or out.size == 0:
         t = torch.empty(shape, dtype=dtype)
     else:

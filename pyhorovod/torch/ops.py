@@ -55,7 +55,7 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_fact
     group = _api.new_group_id() if grouped else 0
     ops = [Op(_core.ALLREDUCE, c, cv.shape_of(x), x.data_ptr(), o.data_ptr(),
               name=_name(name, i if grouped else None), reduce_op=op, prescale=prescale, postscale=postscale,
-              process_set=ps.process_set_id, device=cv.device_of(x), group=group,
+              process_set=ps.process_set_id, device=cv.device_of(x), stream=cv.stream_of(x), group=group,
               group_size=len(inputs) if grouped else 0)
            for i, (x, o, c) in enumerate(zip(inputs, outputs, codes))]
     results = tensors if inplace else outputs
@@ -124,7 +124,7 @@ def _allgather_async(tensors, grouped, name, process_set):
         inputs.append(x)
         ops.append(Op(_core.ALLGATHER, code, cv.shape_of(x), x.data_ptr(), 0,
                       name=_name(name, i if grouped else None), process_set=ps.process_set_id,
-                      device=cv.device_of(x)))
+                      device=cv.device_of(x), stream=cv.stream_of(x)))
 
     def finalize(rs):
         outs = [cv.from_result(r, t.dtype, t.device) for r, t in zip(rs, tensors)]
@@ -150,9 +150,14 @@ def _broadcast_async(tensor, root_rank, name, process_set, inplace):
     root = cv.set_root(root_rank, ps)
     code = cv.check_tensor(tensor, what)
     x = cv.contiguous(tensor)
-    out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
-    op = Op(_core.BROADCAST, code, cv.shape_of(x), x.data_ptr(), out.data_ptr(), name=_name(name), root=root,
-            process_set=ps.process_set_id, device=cv.device_of(x))
+    if x.is_cuda:  # the GPU backend broadcasts in place: out of place means into a copy (on the current stream)
+        out = x if inplace else x.clone(memory_format=torch.contiguous_format)
+        src = out
+    else:
+        out = x if inplace else torch.empty_like(x, memory_format=torch.contiguous_format)
+        src = x
+    op = Op(_core.BROADCAST, code, cv.shape_of(x), src.data_ptr(), out.data_ptr(), name=_name(name), root=root,
+            process_set=ps.process_set_id, device=cv.device_of(x), stream=cv.stream_of(x))
 
     def finalize(_):
         if inplace:
@@ -217,7 +222,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         values = _splits_list(splits, rows, n)
     x = cv.contiguous(tensor)
     op = Op(_core.ALLTOALL, code, cv.shape_of(x), x.data_ptr(), 0, name=_name(name), splits=tuple(values),
-            process_set=ps.process_set_id, device=cv.device_of(x))
+            process_set=ps.process_set_id, device=cv.device_of(x), stream=cv.stream_of(x))
 
     def finalize(rs):
         out = cv.from_result(rs[0], tensor.dtype, tensor.device)
@@ -253,7 +258,8 @@ def _reducescatter_async(tensors, grouped, name, op, process_set, prescale_facto
         outputs.append(out)
         ops.append(Op(_core.REDUCESCATTER, code, cv.shape_of(x), x.data_ptr(), out.data_ptr(),
                       name=_name(name, i if grouped else None), reduce_op=op, prescale=prescale,
-                      postscale=postscale, process_set=ps.process_set_id, device=cv.device_of(x)))
+                      postscale=postscale, process_set=ps.process_set_id, device=cv.device_of(x),
+                      stream=cv.stream_of(x)))
     return _api.submit(ops, (inputs, outputs), lambda rs: list(outputs) if grouped else outputs[0])
 
 

@@ -233,10 +233,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._noise_tap.finish(reduced, self._lrs_for_step()[0], reduced_params)
 
     def _abandon_step(self):
-        """After a failed synchronize (the error propagates out of step(), so the wrapped optimizer never
-        runs on partly reduced gradients): wait out every other allreduce still in flight -- the engine may
-        be writing into those gradients -- and forget them, so that zero_grad()/backward()/step() can go on
-        (e.g. after a timeout, which leaves the engine usable)."""
+        """After a failed synchronize (step() re-raises, so no update uses partly reduced gradients): wait
+        out the other in-flight allreduces (they write into p.grad) and forget them, so training can go on."""
         for handle, _ in list(self._handles.values()):
             if handle is not None and not callable(handle):
                 try:

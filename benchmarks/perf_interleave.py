@@ -14,8 +14,9 @@ getrusage) per call of every rank, which does not depend on how the load shares 
 
 Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo.
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
-small=BYTES (small-message threshold), spin=US, yield=0|1, alg=ring|small, env.NAME=VALUE (an environment
-variable set while this communicator is built), e.g. core-tcp:seg=1M,win=2.
+small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
+ring size), zerocopy=0|1 (reduce straight from the shm ring), alg=auto|ring|small, env.NAME=VALUE (an
+environment variable set while this communicator is built), e.g. core-tcp:seg=1M,win=2.
 """
 import argparse
 import json
@@ -93,6 +94,10 @@ class Core:
                 o.shm_spin_yield = int(v)
             elif k == "alg":
                 self.alg = v
+            elif k == "ring":
+                o.shm_ring_bytes = parse_size(v)
+            elif k == "zerocopy":
+                o.shm_zero_copy = v != "0"
             else:
                 raise ValueError(f"unknown core option {k!r}")
         o.tuning = t

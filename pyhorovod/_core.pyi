@@ -47,6 +47,8 @@ class ConnectOptions:
     connect_timeout_s: float; shm_enable: bool; tuning: Tuning
     shm_spin_us: int       # shared memory: poll the rings this long before sleeping (-1: automatic)
     shm_spin_yield: int    # shared memory: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
+    shm_ring_bytes: int    # shared memory: ring size per direction (0: 1 MiB)
+    shm_zero_copy: bool    # shared memory: reduce straight from the ring (False: copy out first)
 
 class Communicator:
     """Collectives on the calling thread, no engine: the raw core (tests of algorithms, benchmarks).

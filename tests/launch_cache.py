@@ -8,7 +8,7 @@ section (section). A section that fails is reported by its own test; the ones af
 """
 import time
 import traceback
-from typing import Any, Callable, Dict, Hashable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 _launches: Dict[Hashable, Tuple[bool, Any]] = {}
 
@@ -28,10 +28,12 @@ def launch_once(key: Hashable, launch: Callable[[], Any]) -> Any:
     return value
 
 
-def run_sections(sections: Sequence[Tuple[str, Callable[[], Any]]]) -> Dict[str, Dict[str, Any]]:
+def run_sections(sections: Sequence[Tuple[str, Callable[[], Any]]],
+                 after_failure: Optional[Callable[[], None]] = None) -> Dict[str, Dict[str, Any]]:
     """Rank side: runs each (name, fn) in order; {name: {"value": fn(), "error": None, "seconds": t}} or,
     when fn raised, {"value": None, "error": its traceback, "seconds": t} (t: how long the section took,
-    for finding the slow ones)."""
+    for finding the slow ones). after_failure() runs after a section that raised, so that the next one
+    starts clean (say, pyhorovod.shutdown() of an engine the failed section left running)."""
     out: Dict[str, Dict[str, Any]] = {}
     for name, fn in sections:
         t0 = time.monotonic()
@@ -39,8 +41,19 @@ def run_sections(sections: Sequence[Tuple[str, Callable[[], Any]]]) -> Dict[str,
             out[name] = {"value": fn(), "error": None}
         except Exception:  # noqa: BLE001 -- reported by the test that checks this section
             out[name] = {"value": None, "error": traceback.format_exc()}
+            if after_failure is not None:
+                try:
+                    after_failure()
+                except Exception:  # noqa: BLE001 -- the section's own error is the one to report
+                    out[name]["error"] += "\n(and then, cleaning up:)\n" + traceback.format_exc()
         out[name]["seconds"] = round(time.monotonic() - t0, 3)
     return out
+
+
+def shutdown_pyhorovod() -> None:
+    """An after_failure for sections that init() and shutdown() pyhorovod themselves."""
+    import pyhorovod
+    pyhorovod.shutdown()
 
 
 def section(results: List[Any], name: str) -> List[Any]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from coll_data import AVERAGE, COUNTS, DTYPES, MAX, MIN, PRODUCT, SUM, check, expected, ops_for, rank_values
-from launch_cache import launch_once, run_sections, section
+from launch_cache import launch_once, run_sections, section, shutdown_pyhorovod
 from mp import WORLD_SIZES, run_ranks
 
 MULTI_SEGMENT = (1 << 20) + 1   # elements: several segments per ring chunk with the default tuning
@@ -343,10 +343,9 @@ TINY_RING_ENV = {"PYHOROVOD_SEGMENT_BYTES": "256", "PYHOROVOD_SMALL_THRESHOLD_BY
 
 def _run_section(name, fn, args):
     """One section: its own init()..shutdown() (the tiny-ring one with its knobs in the environment
-    that init() reads); a section that failed half-way leaves no engine behind for the next one."""
+    that init() reads)."""
     import os
 
-    import pyhorovod as hvd
     env = TINY_RING_ENV if name == "matrix_ring_tiny_segments_no_fusion" else {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -358,17 +357,16 @@ def _run_section(name, fn, args):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if hvd.is_initialized():
-            hvd.shutdown()
 
 
 def suite(size):
     return run_sections([(name, lambda n=name, f=fn, a=args: _run_section(n, f, a))
-                         for name, fn, args, sizes in SECTIONS if size in sizes])
+                         for name, fn, args, sizes in SECTIONS if size in sizes], after_failure=shutdown_pyhorovod)
 
 
 def launched(size):
-    return launch_once(size, lambda: run_ranks(suite, size, args=(size,), timeout=600, collective_timeout=144))
+    return launch_once(("collectives", size),
+                       lambda: run_ranks(suite, size, args=(size,), timeout=600, collective_timeout=144))
 
 
 @pytest.mark.parametrize("size", WORLD_SIZES)

@@ -217,7 +217,7 @@ def body_suite(names):
 
 def launched(size, transport):
     """The one launch for this world size and transport (every section it needs), shared by the tests."""
-    return launch_once((size, transport), lambda: run_ranks(
+    return launch_once(("communicator", size, transport), lambda: run_ranks(
         body_suite, size, args=(sections_for(size, transport),), timeout=480,
         env={"PHV_TEST_TRANSPORT": transport}))
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from launch_cache import launch_once, run_sections, section, shutdown_pyhorovod
 from mp import run_ranks
 
 
@@ -131,9 +132,9 @@ def body_timeline_runtime(path):
     hvd.shutdown()
 
 
-def test_timeline_started_and_stopped_at_run_time(tmp_path):
-    path = str(tmp_path / "runtime.json")
-    run_ranks(body_timeline_runtime, 3, timeout=60, args=(path,))
+def test_timeline_started_and_stopped_at_run_time(tmp_path_factory):
+    path = three_ranks(tmp_path_factory)["timeline_path"]
+    section(three_ranks(tmp_path_factory)["results"], "timeline_runtime")
     events = load_trace(path, closed=True)
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"during.0", "during.1"} <= names and not names & {"before", "after"}, names
@@ -193,8 +194,8 @@ def body_dynamic_sets():
     hvd.shutdown()
 
 
-def test_dynamic_process_sets():
-    run_ranks(body_dynamic_sets, 3, timeout=60)
+def test_dynamic_process_sets(tmp_path_factory):
+    section(three_ranks(tmp_path_factory)["results"], "dynamic_sets")
 
 
 def body_grouped():
@@ -209,8 +210,8 @@ def body_grouped():
     hvd.shutdown()
 
 
-def test_grouped_allreduce():
-    run_ranks(body_grouped, 3, timeout=60)
+def test_grouped_allreduce(tmp_path_factory):
+    section(three_ranks(tmp_path_factory)["results"], "grouped")
 
 
 def body_join():
@@ -233,3 +234,20 @@ def body_join():
 
 def test_join_with_uneven_steps():
     run_ranks(body_join, 4, timeout=60)
+
+
+# ------------------------------------------------------------------ one launch for the 3-rank bodies
+
+def body_three(timeline_path):
+    """The 3-rank bodies without special knobs, one after another in one launch (each inits and shuts
+    down; the timeline one first, so that no other section's names can reach its trace)."""
+    return run_sections([("timeline_runtime", lambda: body_timeline_runtime(timeline_path)),
+                         ("dynamic_sets", body_dynamic_sets), ("grouped", body_grouped)],
+                        after_failure=shutdown_pyhorovod)
+
+
+def three_ranks(tmp_path_factory):
+    def launch():
+        path = str(tmp_path_factory.mktemp("timeline") / "runtime.json")
+        return {"timeline_path": path, "results": run_ranks(body_three, 3, timeout=90, args=(path,))}
+    return launch_once("engine_features/3", launch)

@@ -14,16 +14,17 @@ constexpr size_t kSmallCap = size_t(1) << 20;  // recursive doubling never above
 
 size_t segment_size(const Tuning& tuning, size_t chunk_bytes, bool shared_memory) {
   if (tuning.segment_bytes > 0) return tuning.segment_bytes;
-  // A message costs alpha + s/beta; s = 16*alpha*beta keeps the latency share near 6% even with nothing
-  // overlapped. The factor is a fit: over TCP a message also costs system calls, wake-ups and socket
-  // bookkeeping that alpha (a latency) does not capture, and 1 MiB segments took 8-11% less CPU than
-  // 256 KiB at n=2 and n=4 (RESULTS_performance.md); through shared memory (alpha_shm_s) it gives
-  // 256 KiB, which with 4 in flight fills the 1 MiB ring (64 KiB segments starved the pipeline and
-  // 1 MiB ones were 14% slower).
+  // A message costs alpha + s/beta; s = 8*alpha*beta keeps the latency share near 11% even with nothing
+  // overlapped (with several segments in flight it mostly hides). Over TCP that is 512 KiB: 128 KiB to
+  // 1 MiB measured within noise of each other (CPU per call within 8%, RESULTS_performance.md), smaller
+  // costs system calls, larger ones push the scratch slots out of L2. Through shared memory
+  // (alpha_shm_s) it is 256 KiB, which with 4 in flight fills the 1 MiB ring: 64 KiB segments starved
+  // the pipeline, 1 MiB ones were 14% slower.
   const double alpha = shared_memory ? tuning.alpha_shm_s : tuning.alpha_s;
-  double target = 16.0 * alpha * tuning.beta_bytes_per_s;
+  double target = 8.0 * alpha * tuning.beta_bytes_per_s;
+  // The power of two nearest to the target (geometrically): aligned segments.
   size_t seg = kMinSegment;
-  while (seg * 2 <= target && seg * 2 <= kMaxSegment) seg *= 2;  // a power of two: aligned segments
+  while (seg * 2 <= kMaxSegment && seg * 2 * std::sqrt(0.5) <= target) seg *= 2;
   if (chunk_bytes == 0) return seg;
   // Balance: n segments of nearly equal size rather than full segments plus a sliver, rounded up to 64
   // bytes (a cache line) so segment starts stay aligned.

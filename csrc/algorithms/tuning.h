@@ -10,7 +10,7 @@ namespace phv {
 
 struct Tuning {
   double alpha_s = 20e-6;              // one loopback TCP hop, wake-ups included (fit of the crossovers)
-  double alpha_shm_s = 5e-6;           // one hop through a shared-memory ring (peers spin, then sleep)
+  double alpha_shm_s = 8e-6;           // one hop through a shared-memory ring (peers spin, then sleep)
   double beta_bytes_per_s = 4e9;       // one loopback TCP stream, with headroom
   double gamma_bytes_per_s = 5e9;      // reduce_into of a buffer that is not in cache
   size_t segment_bytes = 0;            // 0: from the model (segment_size()); PYHOROVOD_SEGMENT_BYTES overrides

@@ -27,6 +27,8 @@ struct ConnectOptions {
   bool shm_enable = true;                // shared memory between ranks of one host
   int shm_spin_us = -1;                  // shm: poll the rings this long before sleeping (-1: automatic)
   int shm_spin_yield = -1;               // shm: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
+  size_t shm_ring_bytes = 0;             // shm: ring size per direction (0: 1 MiB; a power of two >= 64 KiB)
+  bool shm_zero_copy = true;             // shm: reduce straight from the ring (false: copy out first)
   Tuning tuning;
 };
 

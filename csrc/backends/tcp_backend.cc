@@ -1,7 +1,6 @@
 // TcpBackend: store client + TCP full mesh + the world Comm (backends/backend.h).
 // shm_enable: peers on the same host exchange data through shared-memory rings (transport/shm_transport.h).
 #include <algorithm>
-#include <cstdlib>
 
 #include "backends/backend.h"
 #include "common/error.h"
@@ -36,11 +35,8 @@ TcpBackend::TcpBackend(const ConnectOptions& options) : options_(options) {
   mesh.shm_enable = options.shm_enable;
   mesh.shm_spin_us = options.shm_spin_us;
   mesh.shm_yield = options.shm_spin_yield;
-  // Experiment knob (issue 6 measurements only; not a supported setting).
-  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_RING")) mesh.shm_ring_bytes = std::strtoull(v, nullptr, 10);
-  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_PUBLISH")) mesh.shm_publish_bytes = std::strtoull(v, nullptr, 10);
-  if (const char* v = std::getenv("PHV_EXPERIMENT_SHM_INPLACE")) mesh.shm_in_place = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PHV_EXPERIMENT_SOCKBUF")) mesh.socket_buffer_bytes = std::atoi(v);
+  mesh.shm_ring_bytes = options.shm_ring_bytes;
+  mesh.shm_in_place = options.shm_zero_copy;
   transport_ = std::make_unique<TcpTransport>(*store_, mesh);
   world_.transport = transport_.get();
   world_.members.resize(options.size);

@@ -178,6 +178,8 @@ void register_options(py::module_& m) {
       .def_readwrite("shm_enable", &ConnectOptions::shm_enable)
       .def_readwrite("shm_spin_us", &ConnectOptions::shm_spin_us)
       .def_readwrite("shm_spin_yield", &ConnectOptions::shm_spin_yield)
+      .def_readwrite("shm_ring_bytes", &ConnectOptions::shm_ring_bytes)
+      .def_readwrite("shm_zero_copy", &ConnectOptions::shm_zero_copy)
       .def_readwrite("tuning", &ConnectOptions::tuning);
 }
 

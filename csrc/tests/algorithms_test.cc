@@ -315,10 +315,11 @@ void test_tuning() {
   fixed.small_threshold_bytes = 123;
   fixed.segment_bytes = 4096;
   CHECK(small_message_threshold(fixed, 4, true) == 123 && segment_size(fixed, 1 << 20, true) == 4096, "overrides");
-  CHECK(segment_size(t, 0, false) == (size_t(1) << 20), "tcp segment %zu", segment_size(t, 0, false));
+  CHECK(segment_size(t, 0, false) == (size_t(512) << 10), "tcp segment %zu", segment_size(t, 0, false));
   CHECK(segment_size(t, 0, true) == (size_t(256) << 10), "shm segment %zu", segment_size(t, 0, true));
-  // 3 MiB + 1 byte over TCP: 4 segments of nearly equal size, rounded up to 64 bytes.
-  CHECK(segment_size(t, (size_t(3) << 20) + 1, false) == ((size_t(3) << 20) / 4 + 64), "balanced %zu",
+  // 3 MiB + 1 byte over TCP: 7 segments of nearly equal size (not 6 full ones and a sliver), rounded up
+  // to 64 bytes: ceil(3145729 / 7) = 449390 -> 449408.
+  CHECK(segment_size(t, (size_t(3) << 20) + 1, false) == 449408, "balanced %zu",
         segment_size(t, (size_t(3) << 20) + 1, false));
 }
 

@@ -104,11 +104,8 @@ void set_nodelay(int fd) {
 
 void set_buffer_sizes(int fd, int bytes) {
   if (bytes <= 0) return;
-  // The *FORCE variants pass net.core.[rw]mem_max (they need CAP_NET_ADMIN); otherwise the plain ones.
-  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
 Fd listen_tcp(const std::string& host, int port, int backlog) {

@@ -26,7 +26,8 @@ struct MeshOptions {
   int shm_spin_us = -1;     // TcpTransport: how long to poll the rings before sleeping in poll();
                             // -1: a default that depends on whether the local ranks fit on our CPUs
   int shm_yield = -1;       // TcpTransport: while spinning, 1: sched_yield() on every turn, 0: never (pause
-                            // instruction only), -1: pause for the first 2 us, then yield
+                            // instruction only), -1: pause for the first 2 us, then yield (yield from the
+                            // start when more ranks share memory than we have CPUs)
   size_t shm_ring_bytes = 0;  // TcpTransport: ring size per direction of the links we create (0: default)
   bool shm_in_place = true;   // TcpTransport: offer zero-copy receives (recv_in_place) on shm links
   size_t shm_publish_bytes = 0;  // TcpTransport: publish/release granularity inside a message (0: default)

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -33,8 +34,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
-    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us), 
-      pause_ns_(options.shm_yield == 0 ? 1000L * std::max(0, options.shm_spin_us) : options.shm_yield > 0 ? 0 : kPauseNs),
+    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us),
+      pause_ns_(options.shm_yield > 0 ? 0 : kPauseNs),
       in_place_(options.shm_in_place),
       publish_bytes_(std::max(kShmAlign, (options.shm_publish_bytes ? options.shm_publish_bytes : kShmPublishBytes) /
                                              kShmAlign * kShmAlign)),
@@ -54,7 +55,17 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
     auto links = setup_shm_links(rank_, fds, addrs, options.shm_enable,
                                  options.shm_ring_bytes ? options.shm_ring_bytes : kShmDefaultRingBytes,
                                  deadline_after(options.connect_timeout_s), &all_local_);
-    for (int p = 0; p < size_; ++p) peers_[p].shm = std::move(links[p]);
+    int local = 1;
+    for (int p = 0; p < size_; ++p) {
+      peers_[p].shm = std::move(links[p]);
+      local += peers_[p].shm ? 1 : 0;
+    }
+    // More ranks sharing memory than CPUs (4 ranks on 2 cores): the peer we wait for is most likely
+    // waiting for our CPU, so yield from the first turn (4 B at n=4: 15 us against 24 us with the pause
+    // phase; Open MPI 22 us).
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    if (options.shm_yield < 0 && local > ncpu) pause_ns_ = 0;
   }
   if (spin_us_ < 0) spin_us_ = kSpinUs;
   if (options.shm_yield == 0) pause_ns_ = 1000L * spin_us_;

@@ -171,6 +171,8 @@ def body_process_sets():
         want = np.concatenate([np.full((m, 1), m, np.int32) for m in members])
         assert np.array_equal(hvd.synchronize(hg), want)
         assert (hvd.synchronize(hb) == members[-1]).all()
+    # Any rank's shutdown stops every rank (as in Horovod): wait until all sets' work is done everywhere.
+    hvd.barrier()
     hvd.shutdown()
 
 

@@ -140,7 +140,7 @@ def test_soak_mixed_collectives_exact_with_no_growth():
               f"{warm['fds']} -> {end['fds']}; threads {warm['threads']} -> {end['threads']}")
         assert v["ops"] >= 200, v
         assert end["fds"] == warm["fds"], v
-        assert end["threads"] == warm["threads"], v
+        assert end["threads"] <= warm["threads"], v   # a leak grows; a transient set-up thread may end
         assert v["after_shutdown"] == v["before"], v   # shutdown closed every socket and joined its threads
         # Allocator noise is a few MiB (the largest message is 1 MiB, fused buffers up to a few): a leak of
         # even 100 bytes per op over thousands of ops, or a buffer per op, would exceed this.

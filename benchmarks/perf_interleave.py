@@ -146,14 +146,19 @@ class Gloo:
 
 def worker(args):
     import numpy as np
-    from mpi4py import MPI
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
+    if "PERF_RANK" in os.environ:  # --launcher spawn: no MPI in these processes
+        world = None
+        rank, size = int(os.environ["PERF_RANK"]), int(os.environ["PERF_SIZE"])
+    else:
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        rank, size = world.Get_rank(), world.Get_size()
     port, gport = int(os.environ["PERF_PORT"]), int(os.environ["PERF_GLOO_PORT"])
     secret = bytes.fromhex(os.environ["PERF_SECRET"])
     from pyhorovod import _core
     server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
-    world.Barrier()
+    if world is not None:
+        world.Barrier()
     cands = args.cands.split()
     objs = {}
     for i, c in enumerate(cands):
@@ -196,14 +201,19 @@ def worker(args):
             if np.count_nonzero(bufs[c]):
                 raise SystemExit(f"rank {rank}: {c} {nbytes} B: zeros did not stay zero")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    allr = world.gather((recs, peak_kb), root=0)
+    if world is None:
+        print("@@RANK " + json.dumps([recs, peak_kb]), flush=True)
+        allr = None
+    else:
+        allr = world.gather((recs, peak_kb), root=0)
     for o in objs.values():
         o.barrier()
     for o in objs.values():
         if isinstance(o, Core):
             o.comm.close()
     if rank == 0:
-        print("@@PERF " + json.dumps(allr), flush=True)
+        if allr is not None:
+            print("@@PERF " + json.dumps(allr), flush=True)
         server.close()
 
 
@@ -263,6 +273,8 @@ def main():
     p.add_argument("--max-iters", type=int, default=2000)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--json", default="")
+    p.add_argument("--launcher", choices=("mpirun", "spawn"), default="mpirun",
+                   help="mpirun: all ranks in mpirun's session; spawn: one session per rank (no mpi candidate)")
     p.add_argument("--worker", action="store_true")
     args = p.parse_args()
     if args.worker:
@@ -273,21 +285,45 @@ def main():
     # numpy's OpenBLAS threads busy-wait after any BLAS call and showed up as ~8% of a rank's samples
     # (perf record); none of the candidates needs them.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(args.np),
-            "-x", "OPENBLAS_NUM_THREADS", "-x", "PYTHONPATH"]
-    if args.mpi_tcp:
-        argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
-    argv += [sys.executable, os.path.abspath(__file__), "--worker"] + [a for a in sys.argv[1:] if a != "--mpi-tcp"]
+    me = [sys.executable, os.path.abspath(__file__), "--worker"] + [a for a in sys.argv[1:] if a != "--mpi-tcp"]
     if "--cands" not in sys.argv:
-        argv += ["--cands", args.cands]
+        me += ["--cands", args.cands]
     t0 = time.time()
-    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=args.timeout)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("@@PERF ")]
-    if r.returncode != 0 or not line:
-        sys.stdout.write(r.stdout[-4000:] + r.stderr[-4000:])
-        raise SystemExit(f"mpirun failed with {r.returncode}")
+    if args.launcher == "spawn":
+        # One session per rank, as pyhorovod.run and tests/mp.py start them (each its own scheduler
+        # autogroup); no mpi candidate then.
+        procs = [subprocess.Popen(me, env=dict(env, PERF_RANK=str(r), PERF_SIZE=str(args.np)), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                 for r in range(args.np)]
+        outs, rc = [], 0
+        for pr in procs:
+            try:
+                outs.append(pr.communicate(timeout=args.timeout)[0])
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise SystemExit("spawned ranks timed out")
+            rc = rc or pr.returncode
+        ranks = [json.loads(ln[len("@@RANK "):]) for o in outs for ln in o.splitlines() if ln.startswith("@@RANK ")]
+        if rc or len(ranks) != args.np:
+            sys.stdout.write("".join(o[-3000:] for o in outs))
+            raise SystemExit(f"spawned ranks failed ({rc})")
+        allr = ranks
+    else:
+        argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(args.np),
+                "-x", "OPENBLAS_NUM_THREADS", "-x", "PYTHONPATH"]
+        if args.mpi_tcp:
+            argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
+        r = subprocess.run(argv + me, env=env, capture_output=True, text=True, timeout=args.timeout)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("@@PERF ")]
+        if r.returncode != 0 or not line:
+            sys.stdout.write(r.stdout[-4000:] + r.stderr[-4000:])
+            raise SystemExit(f"mpirun failed with {r.returncode}")
+        allr = json.loads(line[0][len("@@PERF "):])
     label = "(mpi = Open MPI TCP only)" if args.mpi_tcp else "(mpi = Open MPI default: shared memory)"
-    out = report(json.loads(line[0][len("@@PERF "):]), args.np, label)
+    if args.launcher == "spawn":
+        label = "(ranks spawned, one session each)"
+    out = report(allr, args.np, label)
     print(f"({time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
     if args.json:
         with open(args.json, "w") as f:

@@ -128,6 +128,9 @@ def body_timeline_runtime(path):
     for i in range(2):
         hvd.allreduce(np.ones(3) * r, name=f"during.{i}")
     hvd.stop_timeline()
+    # A fence: the other ranks announce "after" to the coordinator (rank 0, which alone writes the trace)
+    # only once rank 0 has stopped its timeline; without it they may do so while it is still recording.
+    hvd.allreduce(np.ones(1), name="fence")
     hvd.allreduce(np.ones(3), name="after")
     hvd.shutdown()
 

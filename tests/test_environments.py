@@ -14,15 +14,23 @@ import pytest
 from mp import free_port, run_ranks
 from runner_util import ROOT, clean_env, run_launcher, write_script
 
-# Prints one JSON line: [source, rank, size, local_rank, local_size, cross_rank, cross_size, allreduce].
+# Prints one JSON line: [source, rank, size, local_rank, local_size, cross_rank, cross_size, allreduce],
+# in one write: a bare mpirun passes on each rank's writes as they come, so a line written in two pieces
+# (print() does that on an unbuffered stdout) may have another rank's line in between. Then one line
+# written on purpose in pieces, for launchers that promise whole lines per rank.
 BODY = """
-import json
+import json, sys, time
 import numpy as np
 import pyhorovod as hvd
 hvd.init()
 total = hvd.allreduce(np.array([hvd.rank() + 1], np.int64), op=hvd.Sum)
-print("RESULT " + json.dumps([hvd.rank_source(), hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                              hvd.cross_rank(), hvd.cross_size(), int(total[0])]), flush=True)
+sys.stdout.write("RESULT " + json.dumps([hvd.rank_source(), hvd.rank(), hvd.size(), hvd.local_rank(),
+                                         hvd.local_size(), hvd.cross_rank(), hvd.cross_size(), int(total[0])]) + "\\n")
+sys.stdout.flush()
+for piece in ["PIECES", " of", " rank ", str(hvd.rank()), "\\n"]:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+    time.sleep(0.02)
 hvd.shutdown()
 """
 
@@ -60,6 +68,8 @@ def test_pyhorovod_run_single_host(tmp_path):
     r = run_launcher(["-np", "3", "python", script], timeout=90)
     assert r.returncode == 0, r
     assert results_from(r.stdout) == [["pyhorovod", k, 3, k, 3, 0, 1, 6] for k in range(3)], r
+    for k in range(3):
+        assert f"[{k}]<stdout>:PIECES of rank {k}" in r.lines(), r
 
 
 def test_pyhorovod_run_two_host_names_gives_cross_ranks(tmp_path):
@@ -152,6 +162,9 @@ def test_pyhorovod_run_mpi_delegates_to_mpirun(tmp_path):
     r = run_launcher(["--mpi", "-np", "3", "--verbose", "python", script], timeout=120)
     assert r.returncode == 0, r
     assert results_from(r.stdout) == [["openmpi", k, 3, k, 3, 0, 1, 6] for k in range(3)], r
+    # mpirun --tag-output tags each write; the launcher gives back whole lines, in its own format.
+    for k in range(3):
+        assert f"[{k}]<stdout>:PIECES of rank {k}" in r.lines(), r
     # The secret went to mpirun by name only (-x PYHOROVOD_SECRET), never by value.
     cmd = [l for l in r.stdout.splitlines() if l.startswith("[pyhorovod] ") and "mpirun" in l]
     assert len(cmd) == 1 and "-x PYHOROVOD_SECRET " in cmd[0] + " " and "PYHOROVOD_SECRET=" not in cmd[0], r

@@ -2,7 +2,8 @@
 // once (including 64 MiB and zero-length messages), messages to self, strangers with a wrong secret or
 // garbage refused while the job's mesh still forms, bad magic / oversized length rejected (nothing is
 // allocated from a length), a closing peer -> PEER_LOST naming it, a deadline -> TIMEOUT; zero-copy
-// receives (RecvSink) through a small shared-memory ring.
+// receives (RecvSink) through a small shared-memory ring; a short message to a receive that sleeps
+// with SO_RCVLOWAT set still fails at once.
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <chrono>
 #include <thread>
 
 #include "common/error.h"
@@ -251,7 +253,7 @@ void test_strangers() {
 
 // A fake rank 0 that knows the secret but then sends a corrupt header.
 void test_bad_frames() {
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     MemoryStore store;
     std::string prefix = "bad" + std::to_string(variant);
     std::unique_ptr<TcpTransport> rank1;
@@ -274,14 +276,29 @@ void test_bad_frames() {
     if (variant == 0) { h[0] = 0; what = "bad magic rejected"; needle = "bad message magic"; }
     if (variant == 1) { h[15] = 0x10; what = "oversized length rejected before allocation"; needle = "1152921504606846984 bytes"; }
     if (variant == 2) { h[4] = 5; what = "wrong sequence rejected"; needle = "message #5"; }
-    send_all(fd.get(), h, sizeof(h), deadline_after(5), "rank 1");
-    uint64_t buf = 0;
-    rank1->post_recv(0, &buf, sizeof(buf));
+    // A message shorter than the receive that sleeps for it: SO_RCVLOWAT must still wake the receiver
+    // for the header, so this fails at once with a protocol error, not at the deadline.
+    if (variant == 3) { what = "short message to a sleeping 1 MiB receive rejected"; needle = "expects 1048576"; }
+    std::vector<uint64_t> buf(variant == 3 ? (1 << 20) / 8 : 1, 0);
+    std::thread late;
+    if (variant == 3) {
+      rank1->post_recv(0, buf.data(), buf.size() * 8);
+      late = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        send_all(fd.get(), h, sizeof(h), deadline_after(5), "rank 1");
+      });
+    } else {
+      send_all(fd.get(), h, sizeof(h), deadline_after(5), "rank 1");
+      rank1->post_recv(0, buf.data(), 8);
+    }
     std::vector<RequestId> done;
+    Clock::time_point t0 = Clock::now();
     expect_error(what, ErrorKind::INTERNAL, {"rank 1:", "rank 0 (", needle}, [&] { rank1->progress(done, deadline_after(5)); });
+    CHECK(Clock::now() - t0 < std::chrono::seconds(2));
+    if (late.joinable()) late.join();
     CHECK(rank1->pending() == 0);
     // Every later call reports the first failure.
-    expect_error("later calls repeat the first error", ErrorKind::INTERNAL, {needle}, [&] { rank1->post_send(0, &buf, 8); });
+    expect_error("later calls repeat the first error", ErrorKind::INTERNAL, {needle}, [&] { rank1->post_send(0, buf.data(), 8); });
   }
 }
 

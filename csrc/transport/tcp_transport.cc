@@ -17,10 +17,10 @@ namespace {
 
 constexpr uint32_t kMessageMagic = 0x4d564850;  // "PHVM"
 constexpr int kMaxIov = 64;                     // iovecs per system call (header + payload per message)
-// Default spin (yielding the CPU on every turn) before sleeping when shm peers have work: 4 B at n=4 on
-// 2 cores under load took 228 us with 0, 89 us with 20, 83 us with 200 (RESULTS_performance.md).
+// Default spin before sleeping when shm peers have work: 4 B at n=4 on 2 cores under load took 228 us
+// with 0 (sleep at once), 89 us with 20, 108 us with 50, 83 us with 200 (RESULTS_performance.md) --
+// of which the first kPauseNs spin with the pause instruction, then every turn yields (spin_shm()).
 constexpr int kSpinUs = 50;
-// ... of which the first part spins with the pause instruction before yielding (tcp_transport_shm.cc).
 constexpr long kPauseNs = 2000;
 
 void encode_header(uint8_t* h, uint32_t seq, uint64_t len) {
@@ -37,6 +37,7 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
     : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us),
       pause_ns_(options.shm_yield > 0 ? 0 : kPauseNs),
       in_place_(options.shm_in_place),
+      lowat_max_(options.recv_lowat_bytes),
       publish_bytes_(std::max(kShmAlign, (options.shm_publish_bytes ? options.shm_publish_bytes : kShmPublishBytes) /
                                              kShmAlign * kShmAlign)),
       peers_(options.size) {
@@ -68,7 +69,7 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
     if (options.shm_yield < 0 && local > ncpu) pause_ns_ = 0;
   }
   if (spin_us_ < 0) spin_us_ = kSpinUs;
-  if (options.shm_yield == 0) pause_ns_ = 1000L * spin_us_;
+  if (options.shm_yield == 0) pause_ns_ = 1000L * spin_us_;  // never yield: pause for the whole spin
 }
 
 TcpTransport::~TcpTransport() { close(); }
@@ -181,6 +182,21 @@ void TcpTransport::match_self() {
 void TcpTransport::complete(Op& op) {
   done_.push_back(op.id);
   --pending_;
+}
+
+void TcpTransport::set_lowat(int peer) {
+  // Sleep until a useful amount has arrived, not at every 64 KiB packet: poll() reports the socket
+  // readable only once SO_RCVLOWAT bytes are queued (or at EOF or an error), so a receiver that outpaces
+  // its sender wakes once per lowat_max_ bytes instead of once per packet (1 MiB allreduce at n=2: 22%
+  // less CPU, RESULTS_performance.md). Never more than the head receive still needs, and only the
+  // header until that has been checked: a message shorter than expected must still wake us to fail
+  // with a protocol error rather than sleep into the deadline.
+  Peer& p = peers_[peer];
+  const Op& op = p.recvs.front();
+  size_t left = op.done < kHeaderBytes ? kHeaderBytes - op.done : kHeaderBytes + op.len - op.done;
+  int want = static_cast<int>(std::max<size_t>(1, std::min(left, lowat_max_)));
+  if (want == p.lowat) return;
+  if (setsockopt(p.fd.get(), SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0) p.lowat = want;
 }
 
 void TcpTransport::check_header(int peer, const Op& op) {
@@ -339,6 +355,7 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
       first = true;  // a ring moved: go round again without sleeping
       continue;
     }
+
     pollfds_.clear();
     poll_peers_.clear();
     for (int peer = 0; peer < size_; ++peer) {
@@ -350,6 +367,7 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
         fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
                                        (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
                                                         : op_text(peer, p.recvs.front(), false)));
+      if (!p.shm && !p.recvs.empty() && lowat_max_ > 0) set_lowat(peer);
       pollfds_.push_back({p.fd.get(), ev, 0});
       poll_peers_.push_back(peer);
     }

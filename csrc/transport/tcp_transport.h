@@ -4,7 +4,8 @@
 // the payload, written straight from / read straight into the caller's buffer with writev/readv (the
 // header and payload of several queued messages go in one system call). The header is checked
 // against the posted receive (length and per-pair sequence number); nothing is ever allocated from a
-// length read off the network. One poll loop in progress() drives all sends and receives together.
+// length read off the network. One poll loop in progress() drives all sends and receives together;
+// before it sleeps, SO_RCVLOWAT makes a socket wake it only once a useful amount has arrived (set_lowat).
 //
 // Peers on the same host (options.shm_enable) exchange the same messages through shared-memory rings
 // instead (shm_transport.h; the layout and the waiting are in tcp_transport_shm.cc); their TCP connection
@@ -73,8 +74,10 @@ class TcpTransport : public Transport {
     std::unique_ptr<ShmLink> shm;  // null: the data goes over fd
     bool sleeping = false;         // raised shm sleep flags before the last poll()
     bool closed = false;           // shm peer: its socket reached EOF (bytes may remain in the ring)
+    int lowat = 1;                 // SO_RCVLOWAT currently set on fd (set_lowat)
   };
 
+  void set_lowat(int peer);  // before poll(): SO_RCVLOWAT for the head receive of a TCP peer
   bool send_some(int peer);  // non-blocking; true if the socket would block with data left
   bool recv_some(int peer);
   void shm_send_some(int peer);  // send_some/recv_some for a shared-memory peer
@@ -94,6 +97,7 @@ class TcpTransport : public Transport {
   int spin_us_;
   long pause_ns_;   // spin_shm(): spin with the pause instruction this long, then yield on every turn
   bool in_place_;
+  size_t lowat_max_;        // set_lowat(): the most a poll() waits for (0: off)
   size_t publish_bytes_;
   bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled
   std::vector<Peer> peers_;

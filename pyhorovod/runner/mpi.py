@@ -77,8 +77,7 @@ def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str]
 def _run_mpirun(argv: List[str], env: Dict[str, str]) -> int:
     """Runs mpirun with its output relayed line by line; SIGTERM to the launcher is passed on to mpirun
     (which passes it to the ranks); Ctrl-C reaches mpirun from the terminal by itself."""
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink()),
              output.pump_mpi_stream(proc.stderr, output.stderr_sink())]
     previous = None

@@ -80,6 +80,7 @@ class Config:
     """Engine and transport knobs. Defaults equal the C++ defaults (csrc/engine/engine.h, tuning.h)."""
 
     fusion_threshold_bytes: int = 128 << 20   # HOROVOD_FUSION_THRESHOLD (0 disables fusion)
+    fusion_max_tensor_bytes: int = 1 << 20    # PYHOROVOD_FUSION_MAX_TENSOR_BYTES (larger CPU tensors: alone)
     cycle_time_ms: float = 1.0                # HOROVOD_CYCLE_TIME
     cache_capacity: int = 1024                # HOROVOD_CACHE_CAPACITY (0 disables the response cache)
     timeline_path: str = ""                   # HOROVOD_TIMELINE ("DYNAMIC": off until start_timeline())
@@ -106,6 +107,9 @@ class Config:
         v = get_int(env, "HOROVOD_FUSION_THRESHOLD", minimum=0)
         if v is not None:
             c.fusion_threshold_bytes = v
+        v = get_int(env, "PYHOROVOD_FUSION_MAX_TENSOR_BYTES", minimum=0)
+        if v is not None:
+            c.fusion_max_tensor_bytes = v
         v = get_float(env, "HOROVOD_CYCLE_TIME", minimum=0.0)
         if v is not None:
             c.cycle_time_ms = v
@@ -190,6 +194,7 @@ class Config:
         opts.connect = connect
         opts.cross_rank, opts.cross_size = cross_rank, cross_size
         opts.fusion_threshold_bytes = self.fusion_threshold_bytes
+        opts.fusion_max_tensor_bytes = self.fusion_max_tensor_bytes
         opts.cycle_time_ms = self.cycle_time_ms
         opts.cache_capacity = self.cache_capacity
         opts.stall_check_s = self.stall_check_s

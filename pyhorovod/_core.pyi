@@ -67,7 +67,7 @@ class Communicator:
 class EngineOptions:
     connect: ConnectOptions
     cross_rank: int; cross_size: int
-    fusion_threshold_bytes: int; cycle_time_ms: float; cache_capacity: int
+    fusion_threshold_bytes: int; fusion_max_tensor_bytes: int; cycle_time_ms: float; cache_capacity: int
     stall_check_s: float; stall_shutdown_s: float; stall_check_disable: bool
     timeline_path: str; timeline_mark_cycles: bool; timeout_s: float
     dynamic_process_sets: bool; process_sets: list; log_level: int

@@ -6,7 +6,7 @@ from pyhorovod._config import LOG_LEVELS, Config
 
 def test_defaults_match_engine_defaults():
     c = Config.from_env({})
-    assert c.fusion_threshold_bytes == 128 << 20
+    assert c.fusion_threshold_bytes == 128 << 20 and c.fusion_max_tensor_bytes == 1 << 20
     assert c.cycle_time_ms == 1.0
     assert c.cache_capacity == 1024
     assert c.timeline_path == "" and c.timeline_mark_cycles is False
@@ -29,6 +29,7 @@ def test_every_variable_is_read():
         "PYHOROVOD_TIMEOUT_SECONDS": "12.5", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "4",
         "PYHOROVOD_SEGMENT_BYTES": "65536", "PYHOROVOD_SMALL_THRESHOLD_BYTES": "4096", "PYHOROVOD_SHM": "0",
         "HOROVOD_HOSTNAME": "node7", "PYHOROVOD_SHM_SPIN_US": "50", "PYHOROVOD_SHM_SPIN_YIELD": "0",
+        "PYHOROVOD_FUSION_MAX_TENSOR_BYTES": "0",
     }
     c = Config.from_env(env)
     assert (c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity) == (1 << 20, 2.5, 0)
@@ -38,6 +39,7 @@ def test_every_variable_is_read():
     assert (c.timeout_s, c.connect_timeout_s) == (12.5, 4.0)
     assert (c.segment_bytes, c.small_threshold_bytes, c.shm_enable) == (65536, 4096, False)
     assert c.hostname == "node7" and (c.shm_spin_us, c.shm_spin_yield) == (50, 0)
+    assert c.fusion_max_tensor_bytes == 0
 
 
 def test_own_names_win_over_horovod_names():
@@ -81,6 +83,6 @@ def test_engine_options_are_filled():
     assert (o.connect.store_host, o.connect.store_port, o.connect.store_prefix) == ("127.0.0.1", 1234, "phv/g0")
     assert o.connect.shm_enable is False and o.connect.tuning.segment_bytes == 8192
     assert o.connect.connect_timeout_s == 8.0 and o.timeout_s == 9.0
-    assert o.fusion_threshold_bytes == 1000 and o.cycle_time_ms == 3.0
+    assert o.fusion_threshold_bytes == 1000 and o.cycle_time_ms == 3.0 and o.fusion_max_tensor_bytes == 1 << 20
     assert int(o.log_level) == 4
     assert [list(s) for s in o.process_sets] == [[0, 1], [2, 3]]

@@ -310,3 +310,33 @@ def body_peer_dies():
 
 def test_a_dead_peer_fails_pending_requests_fast():
     run_ranks(body_peer_dies, 3, timeout=60, env={"PYHOROVOD_TIMEOUT_SECONDS": "60"})
+
+
+def body_fusion_cap(iterations):
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    # Three small tensors and two of 2 MiB (above the default 1 MiB cap) in one group, every iteration.
+    sizes = [10, 300, 7, 1 << 19, (1 << 19) + 3]
+    for it in range(iterations):
+        xs = [np.arange(k, dtype=np.float32) % 97 + r + it for k in sizes]
+        outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="cap")
+        for k, out in zip(sizes, outs):
+            expect = (np.arange(k, dtype=np.float32) % 97 + it) * n + n * (n - 1) // 2
+            assert np.array_equal(out, expect), k
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("cap", [None, "0"])
+def test_large_cpu_tensors_are_reduced_alone_unless_the_cap_is_off(cap):
+    env = {"HOROVOD_LOG_LEVEL": "info"}
+    if cap is not None:
+        env["PYHOROVOD_FUSION_MAX_TENSOR_BYTES"] = cap
+    iterations = 4
+    s = stats(run_ranks(body_fusion_cap, 2, timeout=120, args=(iterations,), env=env)[0].stderr)
+    # Default: the three small tensors share a unit, each 2 MiB one runs alone (3 units per group).
+    # Cap off: all five share one unit (Horovod's rule).
+    if cap is None:
+        assert (s["fused"], s["units"]) == (3 * iterations, 3 * iterations), s
+    else:
+        assert (s["fused"], s["units"]) == (5 * iterations, iterations), s

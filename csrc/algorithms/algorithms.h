@@ -11,16 +11,18 @@
 
 namespace phv {
 
-// In place: buf (count elements of dt) becomes the reduction over all ranks. op: SUM/MIN/MAX/PRODUCT
-// (AVERAGE is SUM + scale_buffer by the caller). Chooses the small-message algorithm or the pipelined
-// ring by size (tuning.h).
+// In place: buf (count elements of dt) becomes the reduction over all ranks, times postscale
+// (scale_buffer's rounding). op: SUM/MIN/MAX/PRODUCT (AVERAGE is SUM with postscale 1/size). Chooses the
+// small-message algorithm or the pipelined ring by size (tuning.h). The ring scales only the chunk each
+// rank owns, once it is fully reduced and before it is passed on: 1/p of the buffer per rank instead of
+// a pass over all of it afterwards.
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-               Deadline deadline);
+               Deadline deadline, double postscale = 1.0);
 
 // Pipelined ring (reduce-scatter then allgather), and the latency-optimal small-message algorithm;
 // exposed for tests and benchmarks. allreduce() picks between them.
 void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-                    Deadline deadline);
+                    Deadline deadline, double postscale = 1.0);
 void small_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline);
 
 // recv receives the concatenation of every rank's block in rank order; bytes_per_rank[r] is rank r's

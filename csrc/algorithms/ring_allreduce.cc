@@ -15,16 +15,21 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/ring_pipeline.h"
 #include "common/error.h"
+#include "common/reduce.h"
 
 namespace phv {
 
 void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-                    Deadline deadline) {
+                    Deadline deadline, double postscale) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
   PHV_CHECK_ARG(op == ReduceOp::SUM || op == ReduceOp::MIN || op == ReduceOp::MAX || op == ReduceOp::PRODUCT,
                 "allreduce: op ", reduce_op_name(op), " is not a kernel op (AVERAGE is SUM + scale)");
-  if (comm.size() <= 1 || count == 0) return;
-  run_ring(comm, buf, even_chunks(count, comm.size()), dt, op, RingKind::ALLREDUCE, tuning, deadline);
+  if (count == 0) return;
+  if (comm.size() <= 1) {
+    if (postscale != 1.0) scale_buffer(buf, count, dt, postscale);
+    return;
+  }
+  run_ring(comm, buf, even_chunks(count, comm.size()), dt, op, RingKind::ALLREDUCE, tuning, deadline, postscale);
 }
 
 }  // namespace phv

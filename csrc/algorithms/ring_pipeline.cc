@@ -44,7 +44,7 @@ struct ReduceSink final : RecvSink {
 }  // namespace
 
 void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, DataType dt, ReduceOp op,
-              RingKind kind, const Tuning& tuning, Deadline deadline) {
+              RingKind kind, const Tuning& tuning, Deadline deadline, double postscale) {
   const int p = comm.size();
   if (p <= 1) return;
   char* buf = static_cast<char*>(buf_v);
@@ -144,6 +144,9 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
       const RingMessage& m = plan.recvs[recvs_finished];
       if (m.step < reduce_steps && !in_place)
         reduce_into(buf + m.range.offset * esize, slot(recvs_finished), m.range.count, dt, op);
+      // The last reduce step completes a segment of the chunk this rank owns: scale it before it is sent.
+      if (m.step == reduce_steps - 1 && kind == RingKind::ALLREDUCE && postscale != 1.0)
+        scale_buffer(buf + m.range.offset * esize, m.range.count, dt, postscale);
       ++recvs_finished;
       post_sends();
       post_recvs();

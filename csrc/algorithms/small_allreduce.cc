@@ -108,15 +108,16 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
 }
 
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-               Deadline deadline) {
+               Deadline deadline, double postscale) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
   // Every rank must make the same choice: decided by sizes and a fact all ranks agree on. Through
   // shared memory a hop costs alpha_shm_s instead of alpha_s, so the latency algorithm pays off for less.
   const bool shm = comm.transport->shared_memory_everywhere();
   if (count * dtype_size(dt) < small_message_threshold(tuning, comm.size(), shm)) {
     small_allreduce(comm, buf, count, dt, op, deadline);
+    if (postscale != 1.0) scale_buffer(buf, count, dt, postscale);
   } else {
-    ring_allreduce(comm, buf, count, dt, op, tuning, deadline);
+    ring_allreduce(comm, buf, count, dt, op, tuning, deadline, postscale);
   }
 }
 

@@ -57,16 +57,18 @@ class Communicator {
     PHV_CHECK_ARG(b.bytes() % es == 0, "buf has ", b.bytes(), " bytes, not a multiple of the ", dtype_name(dt),
                   " element size ", es);
     size_t count = b.bytes() / es;
-    // AVERAGE is SUM followed by a scale of 1/size, as the engine does it.
+    // AVERAGE is SUM with a postscale of 1/size, as the engine does it.
     ReduceOp kernel_op = rop == ReduceOp::AVERAGE ? ReduceOp::SUM : rop;
+    double post = rop == ReduceOp::AVERAGE ? 1.0 / size_ : 1.0;
     run([&](TcpBackend& be) {
-      if (algorithm == "ring")
-        ring_allreduce(be.world(), b.data(), count, dt, kernel_op, be.tuning(), deadline);
-      else if (algorithm == "small")
+      if (algorithm == "ring") {
+        ring_allreduce(be.world(), b.data(), count, dt, kernel_op, be.tuning(), deadline, post);
+      } else if (algorithm == "small") {
         small_allreduce(be.world(), b.data(), count, dt, kernel_op, deadline);
-      else
-        phv::allreduce(be.world(), b.data(), count, dt, kernel_op, be.tuning(), deadline);
-      if (rop == ReduceOp::AVERAGE) scale_buffer(b.data(), count, dt, 1.0 / size_);
+        if (post != 1.0) scale_buffer(b.data(), count, dt, post);
+      } else {
+        phv::allreduce(be.world(), b.data(), count, dt, kernel_op, be.tuning(), deadline, post);
+      }
     });
   }
 

@@ -63,6 +63,7 @@ void register_ops(py::module_& m) {
       .def_readwrite("cross_rank", &EngineOptions::cross_rank)
       .def_readwrite("cross_size", &EngineOptions::cross_size)
       .def_readwrite("fusion_threshold_bytes", &EngineOptions::fusion_threshold_bytes)
+      .def_readwrite("fusion_max_tensor_bytes", &EngineOptions::fusion_max_tensor_bytes)
       .def_readwrite("cycle_time_ms", &EngineOptions::cycle_time_ms)
       .def_readwrite("cache_capacity", &EngineOptions::cache_capacity)
       .def_readwrite("stall_check_s", &EngineOptions::stall_check_s)

@@ -17,6 +17,9 @@ struct EngineOptions {
   int cross_rank = 0;
   int cross_size = 1;
   int64_t fusion_threshold_bytes = 128 << 20;  // HOROVOD_FUSION_THRESHOLD; 0 disables fusion
+  // PYHOROVOD_FUSION_MAX_TENSOR_BYTES: a CPU tensor larger than this is reduced alone, in place, instead
+  // of being copied into and out of the fusion buffer (fusion.h says why); 0: no cap (Horovod's rule).
+  int64_t fusion_max_tensor_bytes = 1 << 20;
   double cycle_time_ms = 1.0;                  // HOROVOD_CYCLE_TIME
   int cache_capacity = 1024;                   // HOROVOD_CACHE_CAPACITY; 0 disables the response cache
   double stall_check_s = 60;                   // HOROVOD_STALL_CHECK_TIME_SECONDS

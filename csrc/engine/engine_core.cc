@@ -26,6 +26,7 @@ EngineCore::EngineCore(Transport& transport, const Tuning& tuning, const EngineO
   PHV_CHECK_ARG(options.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got ", options.cycle_time_ms);
   PHV_CHECK_ARG(options.timeout_s > 0, "timeout_s must be > 0, got ", options.timeout_s);
   PHV_CHECK_ARG(options.fusion_threshold_bytes >= 0, "fusion_threshold_bytes must be >= 0");
+  PHV_CHECK_ARG(options.fusion_max_tensor_bytes >= 0, "fusion_max_tensor_bytes must be >= 0");
   for (const auto& ranks : options.process_sets) sets_.add(sets_.normalise(ranks));
   if (rank_ == 0) {
     coordinator_ = std::make_unique<Coordinator>(size_, sets_, cache_, timeline_, options_, gpu_backend_built());

@@ -104,9 +104,8 @@ void Executor::allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, D
       fill_identity(buf, count, dt, op);
     }
     spans(unit, "ALLREDUCE", true);
-    if (count > 0) phv::allreduce(comm, buf, count, dt, op, tuning_, deadline);
+    if (count > 0) phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
     spans(unit, "ALLREDUCE", false);
-    if (e.op != nullptr && post != 1.0) scale_buffer(buf, count, dt, post);
     if (e.op != nullptr) e.op->result.output_shape = d.shape;
     return;
   }
@@ -133,10 +132,9 @@ void Executor::allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, D
   }
   spans(unit, "MEMCPY_IN_FUSION_BUFFER", false);
   spans(unit, "ALLREDUCE", true);
-  if (total > 0) phv::allreduce(comm, buf, total / esize, dt, op, tuning_, deadline);
+  if (total > 0) phv::allreduce(comm, buf, total / esize, dt, op, tuning_, deadline, post);
   spans(unit, "ALLREDUCE", false);
   spans(unit, "MEMCPY_OUT_FUSION_BUFFER", true);
-  if (post != 1.0) scale_buffer(buf, total / esize, dt, post);
   off = 0;
   for (size_t i = 0; i < unit.size(); ++i) {
     const UnitEntry& e = unit[i];

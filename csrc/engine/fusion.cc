@@ -35,7 +35,8 @@ bool same_fusion_key(const Desc& a, const Desc& b) {
          a.set == b.set && a.device == b.device;
 }
 
-void FusionPlanner::plan(ResponseList& list, const ResponseCache& cache, int64_t threshold_bytes) {
+void FusionPlanner::plan(ResponseList& list, const ResponseCache& cache, int64_t threshold_bytes,
+                         int64_t max_tensor_bytes) {
   open_.clear();
   order_.clear();
   int next_id = 0;
@@ -47,7 +48,8 @@ void FusionPlanner::plan(ResponseList& list, const ResponseCache& cache, int64_t
     if (it.type == ItemType::CACHED || it.type == ItemType::FULL) {  // INLINE items are already reduced
       const Desc& d = desc_of(it, cache);
       int64_t bytes = static_cast<int64_t>(d.bytes());
-      if (d.kind == static_cast<uint8_t>(OpType::ALLREDUCE) && bytes <= threshold_bytes) {
+      bool capped = max_tensor_bytes > 0 && d.device < 0 && bytes > max_tensor_bytes;
+      if (d.kind == static_cast<uint8_t>(OpType::ALLREDUCE) && bytes <= threshold_bytes && !capped) {
         for (Bucket& b : open_) {
           if (same_fusion_key(*b.key, d)) {
             if (b.bytes + bytes <= threshold_bytes) {

@@ -28,7 +28,8 @@ const uint8_t kAllreduce = static_cast<uint8_t>(OpType::ALLREDUCE);
 Coordinator::Coordinator(int world, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
                          const EngineOptions& options, bool gpu_built)
     : world_(world), sets_(sets), cache_(cache), timeline_(timeline),
-      fusion_threshold_(options.fusion_threshold_bytes), gpu_built_(gpu_built),
+      fusion_threshold_(options.fusion_threshold_bytes), fusion_max_tensor_(options.fusion_max_tensor_bytes),
+      gpu_built_(gpu_built),
       stall_(options.stall_check_s, options.stall_shutdown_s, options.stall_check_disable),
       joined_(static_cast<size_t>(world), 0), join_order_(static_cast<size_t>(world), 0) {}
 
@@ -62,7 +63,7 @@ void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out
   take_bits(msgs, now, out);
   take_expiries(msgs, now, out);
   take_table(now, out);
-  planner_.plan(out, cache_, fusion_threshold_);
+  planner_.plan(out, cache_, fusion_threshold_, fusion_max_tensor_);
   resolve_items(out, cache_);
   check_stalls(msgs, now, out);
 

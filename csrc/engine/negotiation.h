@@ -65,6 +65,7 @@ class Coordinator {
   ResponseCache& cache_;
   Timeline& timeline_;
   int64_t fusion_threshold_;
+  int64_t fusion_max_tensor_;
   bool gpu_built_;
   StallInspector stall_;
   FusionPlanner planner_;

@@ -166,8 +166,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
             _CODE_CACHE[arr.dtype] = code
     _api.check_reduce(op, code, prescale, postscale)
     out = arr if inplace else np.empty_like(arr, order="C")
-    _api.run_sync(_core.ALLREDUCE, name or _api.auto_name(_core.ALLREDUCE, ps_id), code, arr.shape, arr, out,
-                  op, prescale, postscale, 0, ps_id, timeout)
+    _api.run_sync(_core.ALLREDUCE, name, code, arr.shape, arr, out, op, prescale, postscale, 0, ps_id, timeout)
     return tensor if inplace else out
 
 

@@ -340,3 +340,30 @@ def test_large_cpu_tensors_are_reduced_alone_unless_the_cap_is_off(cap):
         assert (s["fused"], s["units"]) == (3 * iterations, 3 * iterations), s
     else:
         assert (s["fused"], s["units"]) == (5 * iterations, iterations), s
+
+
+def body_sync_unnamed(iterations):
+    import pyhorovod as hvd
+    from pyhorovod import _api, _core
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    for it in range(iterations):
+        out = hvd.allreduce(np.array([r + it], np.float32), op=hvd.Sum)
+        assert out[0] == n * it + n * (n - 1) // 2, out
+    # Asynchronous unnamed calls still get counter names: two may be in flight at once.
+    hs = [hvd.allreduce_async(np.full(2, r, np.int64), op=hvd.Sum) for _ in range(3)]
+    assert all((hvd.synchronize(h) == n * (n - 1) // 2).all() for h in hs)
+    # While one thread holds the reusable synchronous name, another gets a counter name.
+    name, key = _api._claim_sync_name(_core.ALLREDUCE, 0)
+    other, none = _api._claim_sync_name(_core.ALLREDUCE, 0)
+    assert (name, none) == ("allreduce.noname.sync", None) and other.startswith("allreduce.noname."), other
+    _api._sync_names_busy.discard(key)
+    hvd.shutdown()
+
+
+def test_unnamed_synchronous_allreduces_reuse_one_name_and_hit_the_cache():
+    iterations = 40
+    s = stats(run_ranks(body_sync_unnamed, 2, timeout=120, args=(iterations,),
+                        env={"HOROVOD_LOG_LEVEL": "info"})[0].stderr)
+    # The first call is negotiated in full; every later one of the loop comes from the response cache.
+    assert s["cached"] + s["inline"] >= iterations - 1, s

@@ -91,6 +91,14 @@ RequestId ExplainingTransport::post_recv(int peer, void* buf, size_t len) {
   }
 }
 
+RequestId ExplainingTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
+  try {
+    return inner_.post_recv_sink(peer, len, grain, sink);
+  } catch (const HvdError& e) {
+    rethrow(e);
+  }
+}
+
 void ExplainingTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   try {
     inner_.progress(completed, deadline);

@@ -53,6 +53,11 @@ class ExplainingTransport : public Transport {
   int size() const override { return inner_.size(); }
   RequestId post_send(int peer, const void* buf, size_t len) override;
   RequestId post_recv(int peer, void* buf, size_t len) override;
+  // The zero-copy receive and the shared-memory fact must pass through too, or every collective the
+  // engine runs would take the copying path and the TCP segment sizes (they used to be missing here).
+  bool recv_in_place(int peer) const override { return inner_.recv_in_place(peer); }
+  RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
+  bool shared_memory_everywhere() const override { return inner_.shared_memory_everywhere(); }
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return inner_.pending(); }
   std::string describe_peer(int peer) const override { return inner_.describe_peer(peer); }

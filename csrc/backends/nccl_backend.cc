@@ -4,6 +4,13 @@
 // k copies out (a single entry skips the fusion buffer: at most one copy in->out, then in place).
 // Waiting is a poll of cudaEventQuery against the deadline, so a peer that never joins turns into a
 // TIMEOUT (after ncclCommAbort) instead of a hang.
+//
+// Communicators are non-blocking (ncclConfig_t.blocking = 0): a blocking ncclCommInitRank waits forever
+// for a peer that took the unique id and never initialises. The price is that any NCCL call on such a
+// communicator (init, a launch outside a group, ncclGroupEnd, ncclCommFinalize) may return ncclInProgress:
+// the work goes on in NCCL's background thread, and the communicator must be polled with
+// ncclCommGetAsyncError until it leaves ncclInProgress before the next call on it -- and before our next
+// stream work, since the kernel is only on the stream by then. settle() is that poll, against a deadline.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -11,6 +18,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "backends/cuda_kernels.h"
@@ -27,6 +36,36 @@ void check_cuda(cudaError_t err, const char* what) {
 void check_nccl(ncclResult_t res, const char* what) {
   if (res != ncclSuccess) throw_error(ErrorKind::INTERNAL, "NCCL error in ", what, ": ", ncclGetErrorString(res));
 }
+
+// A call queued inside ncclGroupStart/End only records work; non-blocking communicators may still answer
+// ncclInProgress, which is not an error.
+void check_queued(ncclResult_t res, const char* what) {
+  if (res != ncclInProgress) check_nccl(res, what);
+}
+
+// Errors that the communicator reports asynchronously: a remote or system (network) error means a peer is
+// gone; anything else is our own fault.
+ErrorKind async_error_kind(ncclResult_t res) {
+  return (res == ncclRemoteError || res == ncclSystemError) ? ErrorKind::PEER_LOST : ErrorKind::INTERNAL;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Keeps the thread's NCCL group depth balanced when a call between ncclGroupStart and ncclGroupEnd
+// throws: the destructor ends the group, and NCCL then drops the partly queued group with the error.
+class Group {
+ public:
+  Group() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
+  ~Group() { if (open_) ncclGroupEnd(); }
+  ncclResult_t end() { open_ = false; return ncclGroupEnd(); }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+ private:
+  bool open_ = true;
+};
 
 // NCCL has no int16 or bool: bool travels as uint8 (SUM/MAX -> max = logical or, MIN/PRODUCT -> min =
 // logical and); int16 is refused, as in Horovod.
@@ -66,7 +105,7 @@ class NcclBackend : public GpuBackend {
   }
 
   ~NcclBackend() override {
-    for (auto& kv : comms_) ncclCommDestroy(kv.second);
+    for (auto& kv : comms_) close_comm(kv.second);
     if (fusion_) cudaFree(fusion_);
     cudaEventDestroy(ready_);
     cudaEventDestroy(done_);
@@ -80,6 +119,7 @@ class NcclBackend : public GpuBackend {
       if (e.stream != producer) wait_for(e.stream);
     }
     ncclComm_t nc = nccl_comm(comm);
+    auto t0 = Clock::now();  // this call's deadline starts after a first-use init (which has its own)
     size_t esize = dtype_size(dt);
     void* buf;
     size_t total = 0;
@@ -98,7 +138,7 @@ class NcclBackend : public GpuBackend {
       }
     }
     cuda_scale_buffer(buf, total, dt, prescale, stream_);
-    check_nccl(ncclAllReduce(buf, buf, total, nccl_type(dt), nccl_op(op, dt), nc, stream_), "ncclAllReduce");
+    settle(nc, ncclAllReduce(buf, buf, total, nccl_type(dt), nccl_op(op, dt), nc, stream_), t0, "ncclAllReduce");
     cuda_scale_buffer(buf, total, dt, postscale, stream_);
     if (entries.size() > 1) {
       size_t off = 0;
@@ -108,73 +148,77 @@ class NcclBackend : public GpuBackend {
         off += e.count * esize;
       }
     }
-    finish(nc, "allreduce");
+    finish(nc, t0, "allreduce");
   }
 
   void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes,
                   intptr_t producer) override {
     begin(producer);
     ncclComm_t nc = nccl_comm(comm);
+    auto t0 = Clock::now();
     // Uneven blocks: one broadcast per rank inside a group (NCCL's allgather needs equal blocks).
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    Group group;
     size_t off = 0;
     for (int r = 0; r < comm.size(); ++r) {
       const void* src = r == comm.rank() ? send : nullptr;
       if (bytes[r] > 0)
-        check_nccl(ncclBroadcast(src, static_cast<char*>(recv) + off, bytes[r], ncclUint8, r, nc, stream_), "bcast");
+        check_queued(ncclBroadcast(src, static_cast<char*>(recv) + off, bytes[r], ncclUint8, r, nc, stream_), "bcast");
       off += bytes[r];
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    finish(nc, "allgather");
+    settle(nc, group.end(), t0, "ncclGroupEnd (allgather)");
+    finish(nc, t0, "allgather");
   }
 
   void broadcast(const Comm& comm, void* buf, size_t bytes, int root, intptr_t producer) override {
     begin(producer);
     ncclComm_t nc = nccl_comm(comm);
-    if (bytes > 0) check_nccl(ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, stream_), "ncclBroadcast");
-    finish(nc, "broadcast");
+    auto t0 = Clock::now();
+    if (bytes > 0) settle(nc, ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, stream_), t0, "ncclBroadcast");
+    finish(nc, t0, "broadcast");
   }
 
   void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes, intptr_t producer) override {
     begin(producer);
     ncclComm_t nc = nccl_comm(comm);
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    auto t0 = Clock::now();
+    Group group;
     size_t soff = 0, roff = 0;
     for (int r = 0; r < comm.size(); ++r) {
       if (send_bytes[r] > 0)
-        check_nccl(ncclSend(static_cast<const char*>(send) + soff, send_bytes[r], ncclUint8, r, nc, stream_), "send");
+        check_queued(ncclSend(static_cast<const char*>(send) + soff, send_bytes[r], ncclUint8, r, nc, stream_), "send");
       if (recv_bytes[r] > 0)
-        check_nccl(ncclRecv(static_cast<char*>(recv) + roff, recv_bytes[r], ncclUint8, r, nc, stream_), "recv");
+        check_queued(ncclRecv(static_cast<char*>(recv) + roff, recv_bytes[r], ncclUint8, r, nc, stream_), "recv");
       soff += send_bytes[r];
       roff += recv_bytes[r];
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    finish(nc, "alltoall");
+    settle(nc, group.end(), t0, "ncclGroupEnd (alltoall)");
+    finish(nc, t0, "alltoall");
   }
 
   void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
                      DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer) override {
     begin(producer);
     ncclComm_t nc = nccl_comm(comm);
+    auto t0 = Clock::now();
     size_t esize = dtype_size(dt), total = 0;
     for (size_t c : counts) total += c;
     void* scaled = fusion_buffer(total * esize);
     check_cuda(cudaMemcpyAsync(scaled, input, total * esize, cudaMemcpyDeviceToDevice, stream_), "copy in");
     cuda_scale_buffer(scaled, total, dt, prescale, stream_);
     // Uneven blocks: one reduce per block to its owner inside a group.
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    Group group;
     size_t off = 0;
     for (int r = 0; r < comm.size(); ++r) {
       void* dst = r == comm.rank() ? output : nullptr;
       if (counts[r] > 0)
-        check_nccl(ncclReduce(static_cast<char*>(scaled) + off * esize, dst, counts[r], nccl_type(dt),
+        check_queued(ncclReduce(static_cast<char*>(scaled) + off * esize, dst, counts[r], nccl_type(dt),
                               nccl_op(op, dt), r, nc, stream_), "ncclReduce");
       off += counts[r];
     }
-    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    settle(nc, group.end(), t0, "ncclGroupEnd (reducescatter)");
     cuda_scale_buffer(output, counts[comm.rank()], dt, postscale, stream_);
-    finish(nc, "reducescatter");
+    finish(nc, t0, "reducescatter");
   }
 
   std::shared_ptr<void> allocate(size_t bytes) override {
@@ -199,9 +243,9 @@ class NcclBackend : public GpuBackend {
   }
 
   // Completes from a CUDA event, polled against the deadline.
-  void finish(ncclComm_t nc, const char* what) {
+  void finish(ncclComm_t nc, Clock::time_point t0, const char* what) {
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
-    auto deadline = deadline_after(timeout_s_);
+    Deadline deadline = t0 + to_duration(timeout_s_);
     while (true) {
       cudaError_t q = cudaEventQuery(done_);
       if (q == cudaSuccess) return;
@@ -211,17 +255,63 @@ class NcclBackend : public GpuBackend {
       if (async_err != ncclSuccess && async_err != ncclInProgress) {
         ncclCommAbort(nc);
         forget(nc);
-        throw_error(ErrorKind::PEER_LOST, "rank ", global_rank_, ": NCCL ", what, " failed: ",
+        throw_error(async_error_kind(async_err), "rank ", global_rank_, ": NCCL ", what, " failed: ",
                     ncclGetErrorString(async_err));
       }
       if (Clock::now() > deadline) {
         ncclCommAbort(nc);
         forget(nc);
         throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": NCCL ", what, " did not complete within ",
-                    timeout_s_, " s");
+                    timeout_s_, " s (waited ", seconds_since(t0), " s)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+
+  static Clock::duration to_duration(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  // The one place that handles ncclInProgress: `res` is what an NCCL call on `nc` returned (a launch
+  // outside a group, ncclGroupEnd, init). While the communicator reports ncclInProgress we poll it, until
+  // timeout_s_ after t0. On an asynchronous error or expiry the communicator is aborted (that also stops
+  // a hung init) and forgotten, and the error names `what` and how long we waited. An immediate error
+  // (an invalid argument, not ncclInProgress) leaves the communicator alone, as before.
+  void settle(ncclComm_t nc, ncclResult_t res, Clock::time_point t0, const std::string& what) {
+    if (res == ncclSuccess) return;
+    if (res != ncclInProgress) check_nccl(res, what.c_str());
+    Deadline deadline = t0 + to_duration(timeout_s_);
+    while (res == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        double waited = seconds_since(t0);
+        ncclCommAbort(nc);
+        forget(nc);
+        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ",
+                    timeout_s_, " s (waited ", waited, " s)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (ncclCommGetAsyncError(nc, &res) != ncclSuccess) res = ncclInvalidUsage;  // unusable handle
+    }
+    if (res != ncclSuccess) {
+      ncclCommAbort(nc);
+      forget(nc);
+      throw_error(async_error_kind(res), "rank ", global_rank_, ": ", what, " failed after ", seconds_since(t0),
+                  " s: ", ncclGetErrorString(res));
+    }
+  }
+
+  // Shutdown without a hang: ncclCommFinalize flushes the communicator's work (non-blocking, so polled
+  // against the timeout), then ncclCommDestroy frees it locally; a failure or expiry aborts instead.
+  // Never throws (runs in the destructor).
+  void close_comm(ncclComm_t nc) noexcept {
+    ncclResult_t res = ncclCommFinalize(nc);
+    Deadline deadline = deadline_after(timeout_s_);
+    while (res == ncclInProgress && Clock::now() <= deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (ncclCommGetAsyncError(nc, &res) != ncclSuccess) res = ncclInvalidUsage;
+    }
+    if (res == ncclSuccess) ncclCommDestroy(nc);
+    else ncclCommAbort(nc);
   }
 
   void forget(ncclComm_t nc) {
@@ -256,8 +346,21 @@ class NcclBackend : public GpuBackend {
       if (v.size() != sizeof(id)) throw_error(ErrorKind::INTERNAL, "bad NCCL unique id under ", key);
       std::memcpy(&id, v.data(), sizeof(id));
     }
-    ncclComm_t nc;
-    check_nccl(ncclCommInitRank(&nc, comm.size(), id, comm.rank()), "ncclCommInitRank");
+    // Non-blocking init (see the top of the file): it returns at once, settle() waits for the peers
+    // with a deadline and aborts the half-made communicator if one of them never shows up.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t nc = nullptr;
+    auto t0 = Clock::now();
+    ncclResult_t res = ncclCommInitRankConfig(&nc, comm.size(), id, comm.rank(), &config);
+    if (res != ncclSuccess && res != ncclInProgress) {
+      if (nc != nullptr) ncclCommAbort(nc);  // NCCL leaves it null on an immediate failure; be safe
+      check_nccl(res, "ncclCommInitRank");
+    }
+    std::ostringstream what;
+    what << "ncclCommInitRank (rank " << comm.rank() << " of a process set / communicator of " << comm.size()
+         << " ranks, unique id under " << key << ")";
+    settle(nc, res, t0, what.str());
     comms_[comm.members] = nc;
     return nc;
   }

@@ -1,38 +1,20 @@
-// Shared by the collective tests: a world of ranks as threads over MemoryTransport, a thread-safe
-// CHECK, and typed small-integer inputs whose reductions are exact in every dtype.
+// Shared by the collective tests: a world of ranks as threads over MemoryTransport (checked with
+// tests/check.h), and typed small-integer inputs whose reductions are exact in every dtype.
 #pragma once
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/reduce.h"
 #include "common/types.h"
+#include "tests/check.h"
 #include "transport/memory_transport.h"
 
 namespace phv {
 namespace testing {
-
-inline std::atomic<int> failures{0};
-inline std::atomic<long> checks{0};
-inline std::mutex print_mu;
-#define CHECK(cond, ...)                                                 \
-  do {                                                                   \
-    ++checks;                                                            \
-    if (!(cond)) {                                                       \
-      if (failures.fetch_add(1) < 30) {                                  \
-        std::lock_guard<std::mutex> lk(print_mu);                        \
-        std::printf("FAIL %s:%d: %s  ", __FILE__, __LINE__, #cond);      \
-        std::printf(__VA_ARGS__);                                        \
-        std::printf("\n");                                               \
-      }                                                                  \
-    }                                                                    \
-  } while (0)
 
 inline const int kWorlds[] = {1, 2, 3, 4, 5, 8};
 inline const size_t kCounts[] = {0, 1, 2, 3, 7, 13, 31, 33, 63, 65, 127, 129, 257, 1021, 1025};

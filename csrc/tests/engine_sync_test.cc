@@ -3,78 +3,23 @@
 // cached tensors included), mixed with asynchronous requests of other ranks, a shape mismatch that fails
 // on every rank and leaves the engine usable, a duplicate name refused before communication, and a
 // timeout when one rank never submits. Ranks are threads over MemoryTransport; every wait is bounded.
-#include <atomic>
-#include <condition_variable>
 #include <cstdio>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/engine_core.h"
-#include "transport/memory_transport.h"
+#include "tests/engine_harness.h"
 
 using namespace phv;
+using namespace phv::testing;
 
 namespace {
-std::atomic<int> failures{0};
-std::atomic<long> checks{0};
-std::mutex print_mu;
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    ++checks;                                                     \
-    if (!(cond)) {                                                \
-      failures++;                                                 \
-      std::lock_guard<std::mutex> lk(print_mu);                   \
-      std::printf("FAIL %s:%d: %s  ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                   \
-      std::printf("\n");                                          \
-    }                                                             \
-  } while (0)
-
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void arrive() {
-    std::unique_lock<std::mutex> lock(mu_);
-    int gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen != gen_; });
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_, count_ = 0, gen_ = 0;
-};
-
-void run_engines(int p, const std::string& what, const std::function<void(EngineCore&, int, Barrier&)>& body) {
+// Default cycle time (engine_test uses 1 ms), bounded waits, no stall checks.
+EngineOptions sync_options() {
   EngineOptions o;
   o.timeout_s = 20;
   o.stall_check_disable = true;
-  auto transports = make_memory_transports(p);
-  Barrier barrier(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        EngineCore core(*transports[static_cast<size_t>(r)], Tuning(), o);
-        body(core, r, barrier);
-        barrier.arrive();
-        core.shutdown();
-      } catch (const std::exception& e) {
-        CHECK(false, "[%s p=%d rank %d] exception: %s", what.c_str(), p, r, e.what());
-        static_cast<MemoryTransport*>(transports[static_cast<size_t>(r)].get())->abort_world(e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  return o;
 }
 
 Request req(const std::string& name, const std::vector<float>& in, std::vector<float>& out) {
@@ -87,7 +32,7 @@ Request req(const std::string& name, const std::vector<float>& in, std::vector<f
 }
 
 void test_sums(int p) {
-  run_engines(p, "sums", [&](EngineCore& e, int r, Barrier&) {
+  run_engines(p, "sums", sync_options(), [&](EngineCore& e, int r, Barrier&) {
     for (int i = 0; i < 200; ++i) {
       // 1 float (cached, reduced inline by the coordinator) and 1000 floats (the collective proper).
       for (size_t n : {size_t(1), size_t(1000)}) {
@@ -109,7 +54,7 @@ void test_sums(int p) {
 }
 
 void test_errors(int p) {
-  run_engines(p, "errors", [&](EngineCore& e, int r, Barrier& barrier) {
+  run_engines(p, "errors", sync_options(), [&](EngineCore& e, int r, Barrier& barrier) {
     std::vector<float> in(r == p - 1 ? 4 : 3, 1.f), out(in.size());
     try {
       e.run_sync(req("m", in, out), 0);
@@ -150,6 +95,5 @@ void test_errors(int p) {
 int main() {
   for (int p : {1, 2, 4}) test_sums(p);
   for (int p : {2, 3}) test_errors(p);
-  std::printf("%s: %ld checks, %d failures\n", failures ? "FAILED" : "OK", checks.load(), failures.load());
-  return failures ? 1 : 0;
+  return finish("engine_sync_test");
 }

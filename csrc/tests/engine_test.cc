@@ -4,86 +4,24 @@
 // forces evictions), join with uneven steps, process sets (static and dynamic), timeouts, grouped
 // allreduce, stall shutdown and shutdown from one rank. Every wait is bounded by the request timeouts.
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/engine_core.h"
-#include "transport/memory_transport.h"
+#include "tests/engine_harness.h"
 
 using namespace phv;
+using namespace phv::testing;
 
 namespace {
-std::atomic<int> failures{0};
-std::atomic<long> checks{0};
-std::mutex print_mu;
-#define CHECK(cond, ...)                                              \
-  do {                                                                \
-    ++checks;                                                         \
-    if (!(cond)) {                                                    \
-      failures++;                                                     \
-      std::lock_guard<std::mutex> lk(print_mu);                       \
-      std::printf("FAIL %s:%d: %s  ", __FILE__, __LINE__, #cond);     \
-      std::printf(__VA_ARGS__);                                       \
-      std::printf("\n");                                              \
-    }                                                                 \
-  } while (0)
-
-// A reusable barrier for the rank threads (C++17 has none).
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void arrive() {
-    std::unique_lock<std::mutex> lock(mu_);
-    int gen = gen_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++gen_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return gen != gen_; });
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_, count_ = 0, gen_ = 0;
-};
-
 EngineOptions base_options() {
   EngineOptions o;
   o.timeout_s = 20;
   o.cycle_time_ms = 1;
   o.stall_check_disable = true;
   return o;
-}
-
-void run_engines(int p, const std::string& what, const EngineOptions& options,
-                 const std::function<void(EngineCore&, int, Barrier&)>& body) {
-  auto transports = make_memory_transports(p);
-  Barrier barrier(p);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        EngineCore core(*transports[static_cast<size_t>(r)], Tuning(), options);
-        body(core, r, barrier);
-        barrier.arrive();  // nobody shuts down while another rank still has work
-        core.shutdown();
-      } catch (const std::exception& e) {
-        CHECK(false, "[%s p=%d rank %d] exception: %s", what.c_str(), p, r, e.what());
-        static_cast<MemoryTransport*>(transports[static_cast<size_t>(r)].get())->abort_world(e.what());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
 }
 
 Request allreduce_req(const std::string& name, const std::vector<float>& in, std::vector<float>& out,
@@ -382,6 +320,5 @@ int main() {
   test_process_sets();
   test_timeout_and_duplicates();
   test_stall_shutdown();
-  std::printf("engine_test: %ld checks, %d failures\n", checks.load(), failures.load());
-  return failures.load() == 0 ? 0 : 1;
+  return finish("engine_test");
 }

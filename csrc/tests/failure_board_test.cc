@@ -8,16 +8,11 @@
 #include "common/error.h"
 #include "engine/failure_board.h"
 #include "rendezvous/memory_store.h"
+#include "tests/check.h"
+
+using phv::testing::expect;
 
 namespace {
-int failures = 0;
-
-void expect(bool ok, const std::string& what, const std::string& detail = "") {
-  std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what.c_str(), ok || detail.empty() ? "" : "\n     got: ",
-              ok ? "" : detail.c_str());
-  if (!ok) ++failures;
-}
-
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 phv::FailureBoardOptions opts(int rank, int size) {
@@ -117,6 +112,5 @@ int main() {
     std::string c = thrown_by([&] { t.post_recv(0, nullptr, 0); });
     expect(c == "rank 1: transport closed" && calls == 1, "SHUTDOWN passes through unexplained", c);
   }
-  std::printf("%s\n", failures ? "FAILED" : "all passed");
-  return failures ? 1 : 0;
+  return phv::testing::finish("failure_board_test");
 }

@@ -14,25 +14,12 @@
 
 #include "common/error.h"
 #include "common/reduce.h"
+#include "tests/check.h"
 
 using namespace phv;
+using namespace phv::testing;
 
 namespace {
-int failures = 0;
-long checks = 0;
-#define CHECK(cond, ...)                                            \
-  do {                                                              \
-    ++checks;                                                       \
-    if (!(cond)) {                                                  \
-      if (failures < 30) {                                          \
-        std::printf("FAIL %s:%d: %s  ", __FILE__, __LINE__, #cond); \
-        std::printf(__VA_ARGS__);                                   \
-        std::printf("\n");                                          \
-      }                                                             \
-      ++failures;                                                   \
-    }                                                               \
-  } while (0)
-
 const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::MIN, ReduceOp::MAX, ReduceOp::PRODUCT};
 const size_t kLens[] = {0, 1, 3, 7, 8, 9, 31, 33, 63, 64, 65, 511, 512, 513, 1025, 4099};
 std::mt19937_64 rng(7);
@@ -355,6 +342,5 @@ int main() {
   test_scale();
   test_bad_args();
   bench_float32_sum();
-  std::printf("reduce_test: %ld checks, %d failures\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return finish("reduce_test");
 }

@@ -4,18 +4,14 @@
 #include <string>
 
 #include "common/sha256.h"
+#include "tests/check.h"
 
 namespace {
-int failures = 0;
+using phv::testing::expect;
 
 void expect_hex(const char* what, const phv::Digest& got, const char* want) {
   std::string hex = phv::to_hex(got.data(), got.size());
-  if (hex != want) {
-    std::printf("FAIL %s\n  got  %s\n  want %s\n", what, hex.c_str(), want);
-    ++failures;
-  } else {
-    std::printf("ok   %s\n", what);
-  }
+  expect(hex == want, what, hex + "\n     want: " + want);
 }
 
 phv::Digest sha(const std::string& s) { return phv::sha256(s.data(), s.size()); }
@@ -63,10 +59,6 @@ int main() {
                               "The key needs to be hashed before being used by the HMAC algorithm."),
              "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
   phv::Digest a = sha("x"), b = sha("x"), c = sha("y");
-  if (!phv::digest_equal(a.data(), b.data(), 32) || phv::digest_equal(a.data(), c.data(), 32)) {
-    std::printf("FAIL digest_equal\n");
-    ++failures;
-  }
-  std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
-  return failures ? 1 : 0;
+  expect(phv::digest_equal(a.data(), b.data(), 32) && !phv::digest_equal(a.data(), c.data(), 32), "digest_equal");
+  return phv::testing::finish("sha256_test");
 }

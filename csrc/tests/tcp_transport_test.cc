@@ -16,22 +16,15 @@
 
 #include "common/error.h"
 #include "rendezvous/memory_store.h"
+#include "tests/check.h"
 #include "transport/handshake.h"
 #include "transport/socket.h"
 #include "transport/tcp_transport.h"
 
 using namespace phv;
+using namespace phv::testing;
 
 namespace {
-int failures = 0;
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
-      ++failures;                                                       \
-    }                                                                   \
-  } while (0)
-
 const std::string kSecret = "job-secret";
 bool g_shm = false;  // the same tests run over sockets and over shared-memory rings
 
@@ -53,21 +46,6 @@ std::vector<std::unique_ptr<TcpTransport>> make_mesh(Store& store, int n, const 
     threads.emplace_back([&, r] { out[r] = std::make_unique<TcpTransport>(store, mesh_options(r, n, prefix)); });
   for (auto& t : threads) t.join();
   return out;
-}
-
-// Runs fn, expects an HvdError of `kind` whose message contains every needle.
-void expect_error(const char* what, ErrorKind kind, const std::vector<std::string>& needles,
-                  const std::function<void()>& fn) {
-  try {
-    fn();
-    std::printf("FAIL %s: no error\n", what);
-    ++failures;
-  } catch (const HvdError& e) {
-    bool ok = e.kind() == kind;
-    for (const auto& n : needles) ok = ok && std::string(e.what()).find(n) != std::string::npos;
-    std::printf("%s %s: [kind %d] %s\n", ok ? "ok  " : "FAIL", what, int(e.kind()), e.what());
-    if (!ok) ++failures;
-  }
 }
 
 uint8_t pattern(int from, int to, int msg, size_t i) { return uint8_t(from * 31 + to * 7 + msg * 13 + i * 2654435761u); }
@@ -376,6 +354,5 @@ int main() {
   g_shm = false;  // the fake peers below speak only the TCP handshake
   test_strangers();
   test_bad_frames();
-  std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
-  return failures ? 1 : 0;
+  return finish("tcp_transport_test");
 }

@@ -2,8 +2,9 @@
 
     python -m pyhorovod.run -np 4 python benchmarks/perf_api_latency.py [--rounds 15] [--iters 200]
 
-An unnamed call gets a fresh automatic name each time, so the engine's response cache never hits; a
-named one ("lat") is cached after its first call. The two alternate round by round (the machine flips
+A named call ("lat") is cached after its first call; an unnamed synchronous call reuses the name
+"allreduce.noname.sync" (pyhorovod/_api.py), so it is cached too (before that change each unnamed call
+got a fresh counter name and always missed the cache). The two alternate round by round (the machine flips
 between fast and slow states); rank 0 prints the median over rounds of the mean time per call.
 """
 import argparse

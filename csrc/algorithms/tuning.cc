@@ -16,7 +16,7 @@ size_t segment_size(const Tuning& tuning, size_t chunk_bytes, bool shared_memory
   if (tuning.segment_bytes > 0) return tuning.segment_bytes;
   // A message costs alpha + s/beta; s = 8*alpha*beta keeps the latency share near 11% even with nothing
   // overlapped (with several segments in flight it mostly hides). Over TCP that is 512 KiB: 128 KiB to
-  // 1 MiB measured within noise of each other (CPU per call within 8%, RESULTS_performance.md), smaller
+  // 1 MiB measured within noise of each other (CPU per call within 8%, RESULTS.md), smaller
   // costs system calls, larger ones push the scratch slots out of L2. Through shared memory
   // (alpha_shm_s) it is 256 KiB, which with 4 in flight fills the 1 MiB ring: 64 KiB segments starved
   // the pipeline, 1 MiB ones were 14% slower.
@@ -44,7 +44,7 @@ size_t small_message_threshold(const Tuning& tuning, int world, bool shared_memo
   //   T_rd   = L*alpha + L*M/beta + R*M/gamma              (L rounds, R reducing rounds)
   //   T_ring = 2(p-1)*alpha + 2(p-1)/p*M/beta + (p-1)/p*M/gamma
   // Equal at M* = (2(p-1) - L)*alpha / ((L - 2(p-1)/p)/beta + (R - (p-1)/p)/gamma); recursive doubling
-  // wins below. At p = 2: M* = 2*alpha*gamma. Measured crossovers (RESULTS_performance.md): p=2 shared
+  // wins below. At p = 2: M* = 2*alpha*gamma. Measured crossovers (RESULTS.md): p=2 shared
   // memory ~64 KiB, TCP ~256 KiB; p=4 ~32-64 KiB and ~128 KiB -- the defaults of tuning.h reproduce them.
   const int p = world;
   int log2p = 0;

@@ -2,7 +2,7 @@
 //   alpha: per-message latency (s); beta: bandwidth (bytes/s); gamma: reduction throughput (bytes/s of
 //   the reduced buffer, when the reduction does not overlap communication).
 //   Ring allreduce of M bytes over p ranks: T = 2(p-1)*alpha + 2(p-1)/p * M/beta (+ pipeline fill).
-// Defaults fitted to this project's 2-core test machine (benchmarks/RESULTS_performance.md).
+// Defaults fitted to this project's 2-core test machine (benchmarks/RESULTS.md).
 #pragma once
 #include <cstddef>
 

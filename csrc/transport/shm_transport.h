@@ -35,7 +35,7 @@
 
 namespace phv {
 
-constexpr size_t kShmDefaultRingBytes = size_t(1) << 20;  // per direction (tuned: RESULTS_performance.md)
+constexpr size_t kShmDefaultRingBytes = size_t(1) << 20;  // per direction (tuned: RESULTS.md)
 constexpr size_t kShmAlign = 64;                          // message slots start at multiples of this
 // The producer publishes (and the consumer releases) at least every this many bytes inside a long
 // message, so the other side starts reading (reusing) a segment's first bytes while the rest is still

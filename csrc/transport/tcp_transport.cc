@@ -18,7 +18,7 @@ namespace {
 constexpr uint32_t kMessageMagic = 0x4d564850;  // "PHVM"
 constexpr int kMaxIov = 64;                     // iovecs per system call (header + payload per message)
 // Default spin before sleeping when shm peers have work: 4 B at n=4 on 2 cores under load took 228 us
-// with 0 (sleep at once), 89 us with 20, 108 us with 50, 83 us with 200 (RESULTS_performance.md) --
+// with 0 (sleep at once), 89 us with 20, 108 us with 50, 83 us with 200 (RESULTS.md) --
 // of which the first kPauseNs spin with the pause instruction, then every turn yields (spin_shm()).
 constexpr int kSpinUs = 50;
 constexpr long kPauseNs = 2000;
@@ -188,7 +188,7 @@ void TcpTransport::set_lowat(int peer) {
   // Sleep until a useful amount has arrived, not at every 64 KiB packet: poll() reports the socket
   // readable only once SO_RCVLOWAT bytes are queued (or at EOF or an error), so a receiver that outpaces
   // its sender wakes once per lowat_max_ bytes instead of once per packet (1 MiB allreduce at n=2: 22%
-  // less CPU, RESULTS_performance.md). Never more than the head receive still needs, and only the
+  // less CPU, RESULTS.md). Never more than the head receive still needs, and only the
   // header until that has been checked: a message shorter than expected must still wake us to fail
   // with a protocol error rather than sleep into the deadline.
   Peer& p = peers_[peer];

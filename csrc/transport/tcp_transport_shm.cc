@@ -159,7 +159,7 @@ bool TcpTransport::spin_shm() {
   // at n=2 took 0.9 us pause-spinning, as Open MPI, and 1.2 us yielding on every turn). After that every
   // turn yields the CPU, so a peer that waits for our core (more ranks than cores, or other jobs on the
   // machine) runs meanwhile: under load, yielding took 12 us where pause-spinning took 237 us
-  // (RESULTS_performance.md). With nothing else runnable sched_yield() returns at once.
+  // (RESULTS.md). With nothing else runnable sched_yield() returns at once.
   if (spin_us_ <= 0) return false;
   const Clock::time_point start = Clock::now();
   const auto limit = std::chrono::microseconds(spin_us_);

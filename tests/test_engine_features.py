@@ -228,6 +228,10 @@ def body_join():
         out = hvd.allreduce(np.full(5, r + 1, np.float32), op=hvd.Sum, name=f"step.{s}")
         want = sum(q + 1 for q in range(n) if [2, 5, 1, 3][q] > s)  # joined ranks contribute zeros
         assert (out == want).all(), (s, out, want)
+        # Large enough for the ring, whose chunk owners apply Average's 1/n -- a joined rank owns a chunk
+        # too and must scale its zeros' share like everybody else.
+        big = hvd.allreduce(np.full(300_001, r + 1, np.float32), op=hvd.Average, name=f"avg.{s}")
+        assert np.array_equal(big, np.full(300_001, want / n, np.float32)), (s, big[:3], want)
         mx = hvd.allreduce(np.full(2, r - 10, np.int32), op=hvd.Max, name=f"max.{s}")
         assert (mx == max(q - 10 for q in range(n) if [2, 5, 1, 3][q] > s)).all(), (s, mx)
     last = hvd.join()

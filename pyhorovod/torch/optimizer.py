@@ -184,9 +184,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _maybe_start_noise_tap(self):
         # The extra norm rides with the step's last gradient, in the same engine cycle.
-        if self._noise_tap is not None and not self._noise_tap.started \
-                and len(self._started()) == len(self._requires_update):
-            self._noise_tap.start()
+        tap = self._noise_tap
+        if tap is None or tap.started:
+            return
+        if self._groups is None and len(self._handles) < len(self._requires_update):
+            return   # some parameter has no entry yet: skip building the set (this runs in every hook)
+        if len(self._started()) == len(self._requires_update):
+            tap.start()
 
     # ------------------------------------------------------------ synchronize / step
 

@@ -367,3 +367,31 @@ def test_unnamed_synchronous_allreduces_reuse_one_name_and_hit_the_cache():
                         env={"HOROVOD_LOG_LEVEL": "info"})[0].stderr)
     # The first call is negotiated in full; every later one of the loop comes from the response cache.
     assert s["cached"] + s["inline"] >= iterations - 1, s
+
+
+def body_output_reuse():
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    addresses = set()
+    for it in range(6):
+        # 2 MiB per rank; the previous result is dropped before the next call, so its memory comes back.
+        x = np.full((512, 1024), r * 100 + it, np.float32)
+        out = hvd.allgather(x, name="reuse")
+        want = np.concatenate([np.full((512, 1024), q * 100 + it, np.float32) for q in range(n)])
+        assert np.array_equal(out, want), it   # a reused buffer's old bytes are all overwritten
+        addresses.add(out.ctypes.data)
+        del out
+        a2a = hvd.alltoall(np.full((2 * n, 3), r + it, np.int64), name="a2a")
+        assert np.array_equal(a2a, np.repeat(np.arange(n) + it, 2)[:, None].repeat(3, 1)), it
+        del a2a
+    # Output memory is reused from the second call on (the first buffer is back in the pool).
+    assert len(addresses) == 1, addresses
+    kept = [hvd.allgather(np.full(5, r + k, np.float32), name=f"kept.{k}") for k in range(3)]
+    for k, out in enumerate(kept):   # results kept alive never share memory
+        assert np.array_equal(out, np.concatenate([np.full(5, q + k, np.float32) for q in range(n)])), k
+    hvd.shutdown()
+
+
+def test_allgather_and_alltoall_outputs_reuse_released_memory():
+    run_ranks(body_output_reuse, 3, timeout=60)

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/reduce.h"
 #include "engine/fusion.h"
+#include "engine/output_pool.h"
 
 namespace phv {
 
@@ -157,7 +158,7 @@ void Executor::allgather(const Comm& comm, const UnitEntry& e, Deadline deadline
     bytes[static_cast<size_t>(r)] = static_cast<size_t>(dim0) * row_bytes;
     rows += dim0;
   }
-  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
+  OutputBytes out = take_output_buffer(static_cast<size_t>(rows) * row_bytes);
   phv::allgatherv(comm, e.op->req.input, out->data(), bytes, tuning_, deadline);
   e.op->result.output = std::move(out);
   e.op->result.output_shape = with_dim0(d.shape, rows);
@@ -193,7 +194,7 @@ void Executor::alltoall(const Comm& comm, const UnitEntry& e, Deadline deadline)
     recv_bytes[r] = static_cast<size_t>(recv_splits[r]) * row_bytes;
     rows += recv_splits[r];
   }
-  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
+  OutputBytes out = take_output_buffer(static_cast<size_t>(rows) * row_bytes);
   phv::alltoallv(comm, req.input, send_bytes, out->data(), recv_bytes, deadline);
   e.op->result.output = std::move(out);
   e.op->result.output_shape = with_dim0(req.shape, rows);

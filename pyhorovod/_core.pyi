@@ -19,6 +19,7 @@ class PeerLostError(InternalError): ...
 class ShutdownError(InternalError): ...
 
 def build_info() -> dict: ...  # {"version", "compiler", "cxx_flags", "nccl": bool, "cuda": bool, "shm": bool}
+def sum_of_squares(ptr: int, count: int, dtype: int) -> float: ...  # float32/float64 host buffer, in double
 
 class TcpStoreServer:
     """The rendezvous key/value store, hosted by the launcher or rank 0 (background thread)."""

@@ -351,3 +351,16 @@ def test_sweep_fitted_b_crit_matches_live_b_simple_and_grows(tmp_path):
     assert crit[0] < crit[1] < crit[2], f"B_crit should grow as the target falls: {crit}"
     assert json.load(open(out + ".json"))["series"]["momentum"]["fits"] == json.loads(json.dumps(s["fits"]))
     assert os.path.getsize(out + ".png") > 10000
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_core_sum_of_squares_matches_numpy(dtype):
+    from pyhorovod import _core
+    code = {"float32": _core.FLOAT32, "float64": _core.FLOAT64}[dtype]
+    for n in [0, 1, 7, 8, 9, 63, 1000, 50_176, 1_000_003]:   # every tail length of the 8-wide loop
+        x = np.random.default_rng(n).standard_normal(n).astype(dtype) * 3.0
+        want = float(np.sum(x.astype(np.float64) ** 2))
+        got = _core.sum_of_squares(x.ctypes.data, x.size, code)
+        assert abs(got - want) <= 1e-12 * max(1.0, want), (n, got, want)
+    with pytest.raises(_core.InvalidArgumentError, match="int32 is not supported"):
+        _core.sum_of_squares(np.zeros(4, np.int32).ctypes.data, 4, _core.INT32)

@@ -9,6 +9,7 @@
 #include "backends/gpu_backend.h"
 #include "backends/backend.h"
 #include "common/error.h"
+#include "common/sum_of_squares.h"
 #include "common/types.h"
 #include "rendezvous/tcp_store.h"
 
@@ -189,6 +190,15 @@ void register_runtime(py::module_& m) {
   register_codes(m);
   register_errors(m);
   m.def("build_info", &build_info, "What this extension was built with.");
+  // Raw pointer + element count (the noise-scale tap passes tensor.data_ptr()): the caller guarantees
+  // that `count` elements of `dtype` are readable there for the call. The GIL is kept: it takes microseconds.
+  m.def(
+      "sum_of_squares",
+      [](uintptr_t ptr, size_t count, int dtype) {
+        PHV_CHECK_ARG(ptr != 0 || count == 0, "sum_of_squares: null pointer with ", count, " elements");
+        return sum_of_squares(reinterpret_cast<const void*>(ptr), count, static_cast<DataType>(dtype));
+      },
+      py::arg("ptr"), py::arg("count"), py::arg("dtype"), "Sum of x[i]^2 (float32/float64), in double.");
   register_store(m);
   register_options(m);
   register_communicator(m);

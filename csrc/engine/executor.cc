@@ -10,8 +10,6 @@
 
 namespace phv {
 
-namespace {
-
 // AVERAGE is SUM followed by a postscale of 1/size (types.h).
 ReduceOp effective_op(ReduceOp op) { return op == ReduceOp::AVERAGE ? ReduceOp::SUM : op; }
 
@@ -25,7 +23,24 @@ std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0) 
   return out;
 }
 
-}  // namespace
+AlltoallPlan plan_alltoall(const Comm& comm, const Request& req, size_t row_bytes, Deadline deadline) {
+  size_t n = static_cast<size_t>(comm.size());
+  std::vector<int64_t> send_splits(req.splits.begin(), req.splits.end());
+  if (send_splits.empty()) send_splits.assign(n, req.shape[0] / static_cast<int64_t>(n));
+  AlltoallPlan plan;
+  plan.recv_splits.assign(n, 0);
+  std::vector<size_t> eight(n, sizeof(int64_t));
+  phv::alltoallv(comm, send_splits.data(), eight, plan.recv_splits.data(), eight, deadline);
+  plan.send_bytes.resize(n);
+  plan.recv_bytes.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    if (plan.recv_splits[r] < 0) throw_error(ErrorKind::INTERNAL, "alltoall: peer sent a negative split");
+    plan.send_bytes[r] = static_cast<size_t>(send_splits[r]) * row_bytes;
+    plan.recv_bytes[r] = static_cast<size_t>(plan.recv_splits[r]) * row_bytes;
+    plan.rows += plan.recv_splits[r];
+  }
+  return plan;
+}
 
 uint8_t* Executor::scratch(size_t bytes) {
   if (fusion_.size() < bytes) fusion_.resize(bytes);
@@ -175,30 +190,15 @@ void Executor::broadcast(const Comm& comm, const UnitEntry& e, Deadline deadline
 
 void Executor::alltoall(const Comm& comm, const UnitEntry& e, Deadline deadline) {
   const Request& req = e.op->req;
-  size_t n = static_cast<size_t>(comm.size());
-  std::vector<int64_t> send_splits(req.splits.begin(), req.splits.end());
-  if (send_splits.empty()) send_splits.assign(n, req.shape[0] / static_cast<int64_t>(n));
-  // First every rank learns how many rows each peer sends it (one int64 per pair), then the rows.
-  std::vector<int64_t> recv_splits(n, 0);
-  std::vector<size_t> eight(n, sizeof(int64_t));
-  phv::alltoallv(comm, send_splits.data(), eight, recv_splits.data(), eight, deadline);
-
   int64_t row_elems = 1;
   for (size_t i = 1; i < req.shape.size(); ++i) row_elems *= req.shape[i];
   size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(req.dtype);
-  std::vector<size_t> send_bytes(n), recv_bytes(n);
-  int64_t rows = 0;
-  for (size_t r = 0; r < n; ++r) {
-    if (recv_splits[r] < 0) throw_error(ErrorKind::INTERNAL, "alltoall: peer sent a negative split");
-    send_bytes[r] = static_cast<size_t>(send_splits[r]) * row_bytes;
-    recv_bytes[r] = static_cast<size_t>(recv_splits[r]) * row_bytes;
-    rows += recv_splits[r];
-  }
-  OutputBytes out = take_output_buffer(static_cast<size_t>(rows) * row_bytes);
-  phv::alltoallv(comm, req.input, send_bytes, out->data(), recv_bytes, deadline);
+  AlltoallPlan plan = plan_alltoall(comm, req, row_bytes, deadline);
+  OutputBytes out = take_output_buffer(static_cast<size_t>(plan.rows) * row_bytes);
+  phv::alltoallv(comm, req.input, plan.send_bytes, out->data(), plan.recv_bytes, deadline);
   e.op->result.output = std::move(out);
-  e.op->result.output_shape = with_dim0(req.shape, rows);
-  e.op->result.received_splits = std::move(recv_splits);
+  e.op->result.output_shape = with_dim0(req.shape, plan.rows);
+  e.op->result.received_splits = std::move(plan.recv_splits);
 }
 
 void Executor::reducescatter(const Comm& comm, const UnitEntry& e, Deadline deadline) {

@@ -32,6 +32,20 @@ struct UnitEntry {
   Op* op = nullptr;  // nullptr: this rank joined and contributes the identity
 };
 
+// Shared by the host and the CUDA path (executor.cc, executor_gpu.cc).
+ReduceOp effective_op(ReduceOp op);                 // AVERAGE -> SUM: the 1/size is a postscale
+double effective_postscale(const Desc& d, int size);  // d.postscale, divided by size for AVERAGE
+std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0);
+
+// An alltoall's transfer: every rank first learns how many rows each peer sends it (one int64 per pair,
+// over the host transport), then bytes per peer follow from the rows of row_bytes each.
+struct AlltoallPlan {
+  std::vector<size_t> send_bytes, recv_bytes;
+  std::vector<int64_t> recv_splits;
+  int64_t rows = 0;  // rows received in all
+};
+AlltoallPlan plan_alltoall(const Comm& comm, const Request& req, size_t row_bytes, Deadline deadline);
+
 class Executor {
  public:
   Executor(const Tuning& tuning, Timeline& timeline) : tuning_(tuning), timeline_(timeline) {}

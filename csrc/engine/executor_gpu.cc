@@ -10,17 +10,6 @@ namespace phv {
 
 namespace {
 
-// AVERAGE is SUM followed by a postscale of 1/size (types.h), as on the host path.
-ReduceOp gpu_op(ReduceOp op) { return op == ReduceOp::AVERAGE ? ReduceOp::SUM : op; }
-
-double gpu_postscale(const Desc& d, int size) { return d.op == ReduceOp::AVERAGE ? d.postscale / size : d.postscale; }
-
-std::vector<int64_t> rows_shape(const std::vector<int64_t>& shape, int64_t dim0) {
-  std::vector<int64_t> out = shape;
-  if (!out.empty()) out[0] = dim0;
-  return out;
-}
-
 // Hands engine-allocated device memory to the request's Result.
 void set_device_output(Result& r, std::shared_ptr<void> buf, size_t bytes, int device) {
   r.device_output = std::move(buf);
@@ -50,7 +39,7 @@ void Executor::run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<Unit
                                    static_cast<intptr_t>(e.op->req.stream)});
         e.op->result.output_shape = e.agreed->shape;
       }
-      gpu.allreduce(comm, entries, d.dtype, gpu_op(d.op), d.prescale, gpu_postscale(d, comm.size()), stream);
+      gpu.allreduce(comm, entries, d.dtype, effective_op(d.op), d.prescale, effective_postscale(d, comm.size()), stream);
       break;
     }
     case OpType::ALLGATHER: {
@@ -66,7 +55,7 @@ void Executor::run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<Unit
       std::shared_ptr<void> out = gpu.allocate(total);
       gpu.allgatherv(comm, req.input, out.get(), bytes, stream);
       set_device_output(unit.front().op->result, std::move(out), total, d.device);
-      unit.front().op->result.output_shape = rows_shape(d.shape, rows);
+      unit.front().op->result.output_shape = with_dim0(d.shape, rows);
       break;
     }
     case OpType::BROADCAST:  // in place (enqueue checks input == output)
@@ -74,28 +63,15 @@ void Executor::run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<Unit
       unit.front().op->result.output_shape = d.shape;
       break;
     case OpType::ALLTOALL: {
-      size_t n = static_cast<size_t>(comm.size());
-      std::vector<int64_t> send_splits(req.splits.begin(), req.splits.end());
-      if (send_splits.empty()) send_splits.assign(n, req.shape[0] / static_cast<int64_t>(n));
-      std::vector<int64_t> recv_splits(n, 0);
-      std::vector<size_t> eight(n, sizeof(int64_t));
-      phv::alltoallv(comm, send_splits.data(), eight, recv_splits.data(), eight, deadline);
       size_t row_bytes = static_cast<size_t>(d.row_elements()) * esize;
-      std::vector<size_t> send_bytes(n), recv_bytes(n);
-      int64_t rows = 0;
-      for (size_t r = 0; r < n; ++r) {
-        if (recv_splits[r] < 0) throw_error(ErrorKind::INTERNAL, "alltoall: peer sent a negative split");
-        send_bytes[r] = static_cast<size_t>(send_splits[r]) * row_bytes;
-        recv_bytes[r] = static_cast<size_t>(recv_splits[r]) * row_bytes;
-        rows += recv_splits[r];
-      }
-      size_t total = static_cast<size_t>(rows) * row_bytes;
+      AlltoallPlan plan = plan_alltoall(comm, req, row_bytes, deadline);
+      size_t total = static_cast<size_t>(plan.rows) * row_bytes;
       std::shared_ptr<void> out = gpu.allocate(total);
-      gpu.alltoallv(comm, req.input, send_bytes, out.get(), recv_bytes, stream);
+      gpu.alltoallv(comm, req.input, plan.send_bytes, out.get(), plan.recv_bytes, stream);
       Result& res = unit.front().op->result;
       set_device_output(res, std::move(out), total, d.device);
-      res.output_shape = rows_shape(req.shape, rows);
-      res.received_splits = std::move(recv_splits);
+      res.output_shape = with_dim0(req.shape, plan.rows);
+      res.received_splits = std::move(plan.recv_splits);
       break;
     }
     case OpType::REDUCESCATTER: {
@@ -109,10 +85,10 @@ void Executor::run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<Unit
       }
       int64_t my_rows = dim0 / static_cast<int64_t>(n) + (comm.rank() < dim0 % static_cast<int64_t>(n) ? 1 : 0);
       if (d.count() > 0) {
-        gpu.reducescatter(comm, req.input, req.output, counts, d.dtype, gpu_op(d.op), d.prescale,
-                          gpu_postscale(d, comm.size()), stream);
+        gpu.reducescatter(comm, req.input, req.output, counts, d.dtype, effective_op(d.op), d.prescale,
+                          effective_postscale(d, comm.size()), stream);
       }
-      unit.front().op->result.output_shape = rows_shape(d.shape, my_rows);
+      unit.front().op->result.output_shape = with_dim0(d.shape, my_rows);
       break;
     }
     default:

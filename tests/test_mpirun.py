@@ -38,7 +38,10 @@ def mpi_body():
     hvd.init()
     assert hvd.allreduce(np.array([1]), op=hvd.Sum).tolist() == [3]
     hvd.shutdown()
-    print(json.dumps({"rank": rank, "ok": True}))
+    # One write with its newline: under a bare mpirun with an unbuffered stdout (PYTHONUNBUFFERED), print()
+    # writes the text and the newline separately, and another rank's line can land in between.
+    sys.stdout.write(json.dumps({"rank": rank, "ok": True}) + "\n")
+    sys.stdout.flush()
 
 
 def test_collectives_under_mpirun_with_mpi4py_rendezvous():

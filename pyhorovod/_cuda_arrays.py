@@ -153,14 +153,7 @@ def alltoall_async(tensor, splits, name, process_set, dtype, timeout) -> int:
     d = _Dev(tensor, "alltoall", dtype)
     if not d.shape:
         raise ValueError("alltoall: needs at least one dimension (got a scalar)")
-    n = len(ps.ranks)
-    if splits is None:
-        if d.shape[0] % n:
-            raise ValueError(f"alltoall: without splits the first dimension ({d.shape[0]}) must divide "
-                             f"evenly among {n} ranks")
-        values = []
-    else:
-        values = _numpy_ops._check_splits(splits, d.shape[0], n)
+    values = _numpy_ops._check_splits(splits, d.shape[0], len(ps.ranks))
     op = _op(_core.ALLTOALL, d, 0, name=name or "", splits=tuple(values), process_set=ps.process_set_id,
              timeout=_api.check_timeout(timeout))
 

@@ -261,6 +261,12 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set, dty
 # ---------------------------------------------------------------- alltoall, reducescatter
 
 def _check_splits(splits, rows: int, n: int) -> List[int]:
+    """The alltoall splits as a list of ints ([] for an equal split: splits None, rows divisible by n)."""
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"alltoall: without splits the first dimension ({rows}) must divide "
+                             f"evenly among {n} ranks")
+        return []
     try:
         values = [operator.index(s) for s in np.asarray(splits).ravel().tolist()]
     except TypeError:
@@ -282,14 +288,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     arr = _as_array(tensor, "alltoall", writable=False)
     _at_least_1d(arr, "alltoall")
     code = dtype_code(arr, dtype, "alltoall")
-    n = len(ps.ranks)
-    if splits is None:
-        if arr.shape[0] % n:
-            raise ValueError(f"alltoall: without splits the first dimension ({arr.shape[0]}) must divide "
-                             f"evenly among {n} ranks")
-        values = []
-    else:
-        values = _check_splits(splits, arr.shape[0], n)
+    values = _check_splits(splits, arr.shape[0], len(ps.ranks))
     op = Op(_core.ALLTOALL, code, arr.shape, _ptr(arr), 0, name=name or "", splits=tuple(values),
             process_set=ps.process_set_id, timeout=_api.check_timeout(timeout))
 

@@ -241,8 +241,11 @@ def test_fusion_of_many_small_mixed_tensors(size, threshold):
     if threshold == "0":
         assert s["fused"] == 0, s
     else:
-        # 4 dtypes per cycle and a 64 KiB threshold: most of the 363 tensors share a fusion buffer.
-        assert s["fused"] > 200 and s["units"] < 200, s
+        # 4 dtypes per cycle and a 64 KiB threshold: most of the 363 tensors share a fusion buffer. How
+        # many arrive in one negotiation round depends on scheduling (a loaded CI machine spreads the 120
+        # submissions of an iteration over more rounds), so the bound on units is what fusion must save at
+        # least: 100 of the 363 collectives (seen: 144 to 180 saved).
+        assert s["fused"] > 200 and s["units"] < 363 - 100, s
 
 
 def body_cache(iterations):

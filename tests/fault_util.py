@@ -30,6 +30,15 @@ def read_stamp(path: str) -> Optional[float]:
         return None
 
 
+def write_pid_file(directory: str, rank) -> None:
+    """directory/pid.<rank> holding this process's pid, written atomically (a temporary file renamed), so
+    that a reader waiting for the file never sees it empty."""
+    path = os.path.join(directory, f"pid.{rank}")
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+
+
 def wait_for_files(paths: Iterable[str], timeout: float) -> bool:
     """Polls until every path exists; False when the timeout passes first."""
     paths = list(paths)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import stranger
-from fault_util import listening, rss_kb, wait_for_files
+from fault_util import listening, rss_kb, wait_for_files, write_pid_file
 from mp import ROOT, clean_env, run_ranks
 
 STORE = "from pyhorovod import _core; import sys, time; s = _core.TcpStoreServer('127.0.0.1', 0, " \
@@ -62,8 +62,7 @@ def rank_env(size, port, secret, extra=None):
 def body_job(tmp, seconds, delay_rank0):
     import pyhorovod as hvd
     r = int(os.environ["PYHOROVOD_RANK"])
-    with open(os.path.join(tmp, f"pid.{r}"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid_file(tmp, r)
     if r == 0:
         time.sleep(delay_rank0)   # the others listen for the mesh meanwhile: the strangers' window
     counts = []
@@ -177,8 +176,7 @@ def test_strangers_at_every_port_do_not_affect_the_job(tmp_path, size):
 
 def body_listen(tmp):
     import pyhorovod as hvd
-    with open(os.path.join(tmp, f"pid.{os.environ['PYHOROVOD_RANK']}"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid_file(tmp, os.environ["PYHOROVOD_RANK"])
     if os.environ["PYHOROVOD_RANK"] == "0":
         time.sleep(1.5)
     hvd.init()
@@ -266,8 +264,7 @@ def body_objects(tmp):
     import pickle
     import pyhorovod.torch as hvd
     from pyhorovod.torch import functions
-    with open(os.path.join(tmp, f"pid.{os.environ['PYHOROVOD_RANK']}"), "w") as f:
-        f.write(str(os.getpid()))
+    write_pid_file(tmp, os.environ["PYHOROVOD_RANK"])
     if os.environ["PYHOROVOD_RANK"] == "0":
         time.sleep(2.0)   # rank 1 listens for the mesh meanwhile: a target for the bombs
     hvd.init()

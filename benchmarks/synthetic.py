@@ -7,6 +7,9 @@
 
 Candidates, all running the same model, data, batch and SGD step, one thread per rank:
   single           plain torch in one process, no communication: the baseline of efficiency
+  independent      N plain torch processes side by side, aligned by one barrier, with no communication
+                   at all: the ceiling any data-parallel library can reach on this host (the cores, caches
+                   and memory bandwidth the ranks share); not in the default list
   pyhvd            pyhorovod.torch.DistributedOptimizer (allreduce overlapped with backward by hooks)
   pyhvd-nooverlap  pyhorovod.torch, gradients allreduced only after backward (grouped, then step)
   ddp              torch.nn.parallel.DistributedDataParallel over gloo
@@ -28,9 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common as C  # noqa: E402
 
-ALL = ["single", "pyhvd", "pyhvd-nooverlap", "ddp", "hvd-mpi", "hvd-gloo"]
+ALL = ["single", "independent", "pyhvd", "pyhvd-nooverlap", "ddp", "hvd-mpi", "hvd-gloo"]
 DEFAULT = "single,pyhvd,pyhvd-nooverlap,ddp,hvd-mpi"
-FIT_CANDIDATE = {"pyhvd": "api", "pyhvd-nooverlap": "api", "ddp": "gloo", "hvd-mpi": "hvd-mpi", "hvd-gloo": "hvd-gloo"}
+FIT_CANDIDATE = {"independent": None, "pyhvd": "api", "pyhvd-nooverlap": "api", "ddp": "gloo", "hvd-mpi": "hvd-mpi", "hvd-gloo": "hvd-gloo"}
 
 
 def build_model(args):
@@ -72,11 +75,12 @@ def worker(args):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         if cand != "pyhvd-nooverlap":
             opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    elif cand == "ddp":
+    elif cand in ("ddp", "independent"):
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://")
         rank, size = dist.get_rank(), dist.get_world_size()
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        if cand == "ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model)
     if args.model == "fmnist":
         args.classes = 10
     shape = {"mlp": (args.batch, args.input), "cnn": (args.batch, 3, 32, 32),

@@ -54,6 +54,9 @@ class Op:
     group_size: int = 0
     timeout: float = 0.0   # seconds; 0: the engine's default (PYHOROVOD_TIMEOUT_SECONDS)
     stream: int = 0        # device >= 0: the producer's cudaStream_t (0 = legacy default stream)
+    sumsq_in: int = 0      # float64 addresses for the noise-scale tap (Request::sumsq_in/out in request.h)
+    sumsq_out: int = 0
+    fill_from: int = 0     # float64 address: the engine fills the (in-place) buffer from it at enqueue
 
 
 @dataclasses.dataclass
@@ -155,7 +158,8 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
                 op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
                 reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
                 root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
-                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream))
+                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream,
+                sumsq_in=op.sumsq_in, sumsq_out=op.sumsq_out, fill_from=op.fill_from))
     except Exception as e:
         if handles:
             with _lock:

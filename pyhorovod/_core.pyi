@@ -91,7 +91,11 @@ class Engine:
     def enqueue(self, op_type: int, name: str, dtype: int, shape: Sequence[int], input_ptr: int,
                 output_ptr: int, reduce_op: int = 0, prescale: float = 1.0, postscale: float = 1.0,
                 root: int = 0, splits: Sequence[int] = (), process_set: int = 0, device: int = -1,
-                group: int = 0, group_size: int = 0, timeout_s: float = 0.0, stream: int = 0) -> int: ...
+                group: int = 0, group_size: int = 0, timeout_s: float = 0.0, stream: int = 0,
+                sumsq_in: int = 0, sumsq_out: int = 0, fill_from: int = 0) -> int: ...
+    # sumsq_in/sumsq_out: addresses of float64 values (host float32/float64 allreduce only) to which the
+    # engine adds |input|^2 at enqueue and |output|^2 once reduced (the noise-scale tap); fill_from: the
+    # address of `count` float64 values copied into an in-place allreduce's buffer at enqueue.
     # device >= 0: input/output are CUDA pointers and stream the cudaStream_t they were written on
     # (0 = legacy default stream); builds without the GPU backend refuse the request (ValueError).
     # Python keeps the input/output objects alive until wait() returns (pyhorovod/_api.py's handle table).

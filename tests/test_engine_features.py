@@ -260,3 +260,52 @@ def three_ranks(tmp_path_factory):
         path = str(tmp_path_factory.mktemp("timeline") / "runtime.json")
         return {"timeline_path": path, "results": run_ranks(body_three, 3, timeout=90, args=(path,))}
     return launch_once("engine_features/3", launch)
+
+
+# ------------------------------------------------------------------ squared-norm taps (noise scale)
+
+def body_norm_taps():
+    import pyhorovod as hvd
+    from pyhorovod import _core, basics
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    eng = basics.engine()
+    sums = np.zeros(4)   # [in, out] for float32 (fused small tensors), [in, out] for a float64 one
+    a = [np.arange(1, 6, dtype=np.float32) * (r + 1), np.full(3, r - 1.5, np.float32)]
+    big = np.linspace(-1, 1, 300_000) * (r + 2)   # 2.4 MB: reduced alone, in place
+    handles = [eng.enqueue(_core.ALLREDUCE, f"t{i}", _core.FLOAT32, [x.size], x.ctypes.data, x.ctypes.data,
+                           reduce_op=_core.AVERAGE, sumsq_in=sums.ctypes.data, sumsq_out=sums.ctypes.data + 8)
+               for i, x in enumerate(a)]
+    handles.append(eng.enqueue(_core.ALLREDUCE, "big", _core.FLOAT64, [big.size], big.ctypes.data,
+                               big.ctypes.data, reduce_op=_core.SUM, sumsq_in=sums.ctypes.data + 16,
+                               sumsq_out=sums.ctypes.data + 24))
+    # fill_from: the buffer is filled from the float64 values as the request is enqueued.
+    send = np.zeros(2, np.float32)
+    src = np.array([r + 0.5, -(r + 1.0)])
+    handles.append(eng.enqueue(_core.ALLREDUCE, "send", _core.FLOAT32, [2], send.ctypes.data, send.ctypes.data,
+                               reduce_op=_core.SUM, fill_from=src.ctypes.data))
+    for h in handles:
+        eng.wait(h)
+    local = [np.arange(1, 6) * (r + 1), np.full(3, r - 1.5)]
+    mean = [np.arange(1, 6) * (n + 1) / 2, np.full(3, (n - 1) / 2 - 1.5)]
+    assert sums[0] == pytest.approx(sum((x ** 2).sum() for x in local), rel=1e-6)
+    assert sums[1] == pytest.approx(sum((x ** 2).sum() for x in mean), rel=1e-6)
+    ramp = np.linspace(-1, 1, 300_000)
+    assert sums[2] == pytest.approx(((ramp * (r + 2)) ** 2).sum(), rel=1e-12)
+    assert sums[3] == pytest.approx(((ramp * sum(k + 2 for k in range(n))) ** 2).sum(), rel=1e-12)
+    assert send.tolist() == [sum(k + 0.5 for k in range(n)), -sum(k + 1.0 for k in range(n))]
+    # Taps on anything but a host float32/float64 allreduce are refused before anything runs.
+    x, y = np.ones(2, np.int32), np.ones(2, np.float32)
+    for what, kw in [("int32", dict(dtype=_core.INT32, buf=x, sumsq_in=sums.ctypes.data)),
+                     ("broadcast", dict(op=_core.BROADCAST, buf=y, sumsq_out=sums.ctypes.data)),
+                     ("out of place", dict(buf=y, out=np.ones(2, np.float32), fill_from=src.ctypes.data))]:
+        buf, out = kw.pop("buf"), kw.pop("out", None)
+        with pytest.raises(_core.InvalidArgumentError, match="taps|fill_from"):
+            eng.enqueue(kw.pop("op", _core.ALLREDUCE), what, kw.pop("dtype", _core.FLOAT32), [2],
+                        buf.ctypes.data, (buf if out is None else out).ctypes.data, **kw)
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_norm_taps_sum_squares_of_inputs_and_results(size):
+    run_ranks(body_norm_taps, size, timeout=60)

@@ -117,3 +117,60 @@ def test_distributed_optimizer_measures_the_exact_step_values(size, configs):
                 for i, name in enumerate(["0", "1"]):
                     assert rep["groups"][name]["grad_sq"] == pytest.approx(g[i], rel=1e-4, abs=1e-7)
                     assert rep["groups"][name]["trace_sigma"] == pytest.approx(tr[i], rel=1e-4)
+
+
+def steps_body(variants, steps):
+    """For each variant, `steps` training steps of a fresh model on 2 ranks, recording what the optimizer
+    fed the estimator (A_s, A_b) each step, next to the exact values from every shard's gradient."""
+    import torch
+    import pyhorovod.torch as hvd
+    hvd.init()
+    out = {}
+    for variant in variants:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        kw = {"fp16": {"compression": hvd.Compression.fp16}, "grouped": {"groups": 2},
+              "plain": {}}[variant]
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), batch_size=4,
+                                       named_parameters=model.named_parameters(), measure_noise_scale=True,
+                                       **kw)
+        fed = []
+        update = opt.noise_scale_estimator.update
+        opt.noise_scale_estimator.update = lambda a_s, a_b, lr=None, **k: (fed.append((a_s, a_b)),
+                                                                           update(a_s, a_b, lr, **k))[1]
+        exact = []
+        for step in range(steps):
+            gen = torch.Generator().manual_seed(10 + step)
+            x, y = torch.randn(hvd.size() * 4, 6, generator=gen), torch.randint(0, 3, (hvd.size() * 4,),
+                                                                                  generator=gen)
+            shards = []
+            for k in range(hvd.size()):
+                rows = slice(4 * k, 4 * k + 4)
+                gr = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[rows]), y[rows]),
+                                         list(model.parameters()))
+                shards.append(torch.cat([g.double().reshape(-1) for g in gr]))
+            exact.append((float(sum((s ** 2).sum() for s in shards) / len(shards)),
+                          float(((sum(shards) / len(shards)) ** 2).sum())))
+            rows = slice(4 * hvd.rank(), 4 * hvd.rank() + 4)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+            opt.step()
+        out[variant] = {"fed": [(list(a), list(b)) for a, b in fed], "exact": exact}
+    return out
+
+
+@budget(120)
+def test_the_engine_sums_match_exact_values_step_after_step():
+    """The engine takes |g|^2 as it enqueues each gradient and |G|^2 as it writes each result, and the
+    tap's request goes out behind the last gradient; over several steps (the sums restart each step),
+    with grouped allreduces, and with fp16 compression (the tap then takes the norms itself)."""
+    from mp import run_ranks
+    results = run_ranks(steps_body, 2, timeout=100, args=(["plain", "grouped", "fp16"], 3))
+    for res in results:
+        for variant, got in res.value.items():
+            assert len(got["fed"]) == 3, variant
+            rel = 2e-3 if variant == "fp16" else 1e-5   # fp16: the reduced gradient is rounded to fp16
+            for (a_s, a_b), (e_s, e_b) in zip(got["fed"], got["exact"]):
+                assert a_s == [pytest.approx(e_s, rel=1e-5)], variant   # A_s travels as float32
+                assert a_b == [pytest.approx(e_b, rel=rel)], variant

@@ -110,7 +110,7 @@ void register_ops(py::module_& m) {
           [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, uintptr_t input_ptr,
              uintptr_t output_ptr, int reduce_op, double prescale, double postscale, int root,
              std::vector<int64_t> splits, int process_set, int device, int64_t group, int64_t group_size,
-             double timeout_s, int64_t stream) {
+             double timeout_s, int64_t stream, uintptr_t sumsq_in, uintptr_t sumsq_out, uintptr_t fill_from) {
             Request r;
             r.type = static_cast<OpType>(op_type);
             r.name = std::move(name);
@@ -128,13 +128,17 @@ void register_ops(py::module_& m) {
             r.stream = stream;
             r.group = group;
             r.group_size = group_size;
+            r.sumsq_in = reinterpret_cast<double*>(sumsq_in);
+            r.sumsq_out = reinterpret_cast<double*>(sumsq_out);
+            r.fill_from = reinterpret_cast<const double*>(fill_from);
             return e.enqueue(std::move(r), timeout_s);
           },
           py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input_ptr"),
           py::arg("output_ptr"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
           py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0,
           py::arg("device") = -1, py::arg("group") = 0, py::arg("group_size") = 0, py::arg("timeout_s") = 0.0,
-          py::arg("stream") = 0)
+          py::arg("stream") = 0, py::arg("sumsq_in") = 0, py::arg("sumsq_out") = 0,
+          py::arg("fill_from") = 0)
       .def("poll", &Engine::poll, py::arg("handle"))
       .def("wait", &Engine::wait, py::arg("handle"), py::call_guard<py::gil_scoped_release>())
       // The synchronous fast path (pyhorovod's allreduce/broadcast/... without _async): positional

@@ -6,6 +6,7 @@
 
 #include "backends/gpu_backend.h"
 #include "common/logging.h"
+#include "common/sum_of_squares.h"
 #include "rendezvous/memory_store.h"
 #include "engine/validate.h"
 
@@ -82,7 +83,25 @@ Handle EngineCore::submit(const OpPtr& op, bool sync) {
   return op->handle;
 }
 
-Handle EngineCore::enqueue(Request request, double timeout_s) { return submit(make_op(std::move(request), timeout_s)); }
+Handle EngineCore::enqueue(Request request, double timeout_s) {
+  OpPtr op = make_op(std::move(request), timeout_s);
+  if (op->req.fill_from != nullptr) {
+    size_t n = static_cast<size_t>(op->desc.count());
+    if (op->req.dtype == DataType::FLOAT32) {
+      float* dst = static_cast<float*>(op->req.output);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(op->req.fill_from[i]);
+    } else {
+      std::copy(op->req.fill_from, op->req.fill_from + n, static_cast<double*>(op->req.output));
+    }
+  }
+  if (op->req.sumsq_in == nullptr) return submit(op);
+  // Read before submit: once queued, an in-place allreduce may overwrite the input. Added only once the
+  // request is accepted, so a rejected request leaves the caller's sum as it was.
+  double sq = sum_of_squares(op->req.input, static_cast<size_t>(op->desc.count()), op->req.dtype);
+  Handle h = submit(op);
+  *op->req.sumsq_in += sq;
+  return h;
+}
 
 Result EngineCore::run_sync(Request request, double timeout_s) {
   OpPtr op = make_op(std::move(request), timeout_s);

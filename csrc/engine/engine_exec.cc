@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/sum_of_squares.h"
 #include "engine/engine_core.h"
 #include "engine/inline_reduce.h"
 
@@ -21,6 +22,13 @@ std::string unit_label(const std::vector<UnitEntry>& unit) {
     out << (unit.size() > 5 ? ", ...]" : "]");
   }
   return out.str();
+}
+
+// The reduced side of a request's squared-norm tap (Request::sumsq_out): |output|^2, added right after
+// the result was written, while it is still in cache.
+void add_output_norm(const Op& op) {
+  if (op.req.sumsq_out == nullptr) return;
+  *op.req.sumsq_out += sum_of_squares(op.req.output, static_cast<size_t>(op.desc.count()), op.req.dtype);
 }
 
 }  // namespace
@@ -56,6 +64,7 @@ void EngineCore::execute() {
         if (op) {
           if (tl) timeline_.begin(op->desc.key(), "ALLREDUCE", now);
           finish_inline(item, *op, sets_.size_of(item.agreed->set));
+          add_output_norm(*op);
           if (tl) timeline_.end(op->desc.key(), "ALLREDUCE", Clock::now());
           pending_.erase(op->desc.key());
           finished_.push_back(op);
@@ -182,6 +191,7 @@ void EngineCore::run_unit(size_t begin, size_t end) {
   }
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
+    add_output_norm(*op);
     pending_.erase(op->desc.key());
     finished_.push_back(op);
   }

@@ -44,6 +44,16 @@ Desc validate_request(const Request& req, int set_size) {
                     ": bool tensors support sum, min, max and product without scale factors");
     }
   }
+  if (req.sumsq_in != nullptr || req.sumsq_out != nullptr) {
+    PHV_CHECK_ARG(req.type == OpType::ALLREDUCE && req.device < 0 &&
+                      (req.dtype == DataType::FLOAT32 || req.dtype == DataType::FLOAT64),
+                  WHAT, ": squared-norm taps (sumsq_in/sumsq_out) need a host float32 or float64 allreduce");
+  }
+  if (req.fill_from != nullptr) {
+    PHV_CHECK_ARG(req.type == OpType::ALLREDUCE && req.device < 0 && req.input == req.output &&
+                      (req.dtype == DataType::FLOAT32 || req.dtype == DataType::FLOAT64),
+                  WHAT, ": fill_from needs an in-place host float32 or float64 allreduce");
+  }
   switch (req.type) {
     case OpType::ALLREDUCE:
       PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null");

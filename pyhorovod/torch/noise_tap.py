@@ -3,12 +3,19 @@
 Terms (design.md section 6): g_k is worker k's accumulated local gradient for one optimizer step, G the
 averaged gradient after the allreduce. Each step the tap collects
   local_sq  = |g_k|^2, summed over parameters as each gradient's allreduce starts (before compression);
+              for dense CPU float32/float64 gradients sent uncompressed the engine takes it while it
+              enqueues the allreduce (Request::sumsq_in, csrc/engine/request.h), so the hook makes no
+              norm call of its own;
   A_s       = mean_k |g_k|^2: one extra float32 tensor (one entry per parameter group with
-              measure_noise_scale="per_group"), allreduced (Average) right after the last gradient of the
-              step is submitted, so the engine fuses it with the gradients instead of spending a separate
-              round trip;
+              measure_noise_scale="per_group"), allreduced (Average) by a request enqueued in the same
+              call as the step's last gradient (attach_send), which fills it from the engine's float64
+              sums (Request::fill_from): it makes the same negotiation round and fused buffer as that
+              gradient. (Submitted a few tens of microseconds later from Python, it missed that round
+              in half the steps, and the step waited for one more round.) Where the last gradient goes
+              out another way (sparse), start() sends it on its own;
   A_b       = |G|^2, summed over the reduced gradients after synchronize (so before any clipping the
-              script does between synchronize() and step()).
+              script does between synchronize() and step()); for the gradients above, the engine adds
+              it as each result is written (Request::sumsq_out).
 and hands them to pyhorovod.scaling.noise_scale.NoiseScaleEstimator (EMAs, B_simple, the advisor),
 built by NoiseScaleEstimator.for_config: b_small = local batch x backward_passes_per_step, b_big =
 b_small x workers.
@@ -37,7 +44,7 @@ import time
 import torch
 
 from pyhorovod import _api, _core, basics
-from pyhorovod.torch import ops
+from pyhorovod.torch import _convert as cv, ops
 
 # dense CPU dtypes whose squared norm _core.sum_of_squares takes straight from the tensor's memory
 _CORE_SUMSQ = {torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64}
@@ -70,7 +77,18 @@ class NoiseScaleTap:
         self.op = op
         self.process_set = process_set
         self._ngroups = ngroups
-        self._local = None       # per group sum of |grad|^2: floats (CPU), a float64 tensor (GPU: no sync)
+        self._local = None       # GPU gradients: per group sum of |grad|^2, a float64 device tensor (no sync)
+        # The engine's squared-norm taps: [local |g|^2 per group..., reduced |G|^2 per group...], written by
+        # the engine through raw addresses (engine_slots), so this tensor lives as long as the tap.
+        self._engine_sq = torch.zeros(2 * ngroups, dtype=torch.float64)
+        self._dirty = False      # _engine_sq holds sums of this step
+        base = self._engine_sq.data_ptr()
+        self._slot_addrs = [(base + 8 * g, base + 8 * (ngroups + g)) for g in range(ngroups)]
+        self._py_params = set()  # parameters whose norms the tap takes itself (not through the engine)
+        self._send = torch.zeros(ngroups, dtype=torch.float32)   # the extra allreduce's buffer
+        self._send_op = None
+        self._given = 0          # parameters whose allreduce started this step (engine_slots calls)
+        self.params_per_step = 0  # set by the optimizer: allreduces per step (attach_send's "last")
         self._micro_sq = torch.zeros(self.passes, ngroups, dtype=torch.float64)
         self._prev = {}          # micro mode: parameter -> (passes seen this step, previous accumulated grad)
         self._handle = None
@@ -136,31 +154,79 @@ class NoiseScaleTap:
             self._micro_sq[seen, self._group(param)] += diff.double().pow(2).sum()
         self._prev[param] = (seen + 1, cur.clone())
 
+    def engine_slots(self, grad, param, sent_as_is=True):
+        """Called as param's allreduce starts. Returns the (sumsq_in, sumsq_out) addresses for the engine
+        to add |grad|^2 and |reduced|^2 into, or None after taking |grad|^2 here (accumulate): the engine
+        does it for dense CPU float32/float64 gradients the allreduce sends as they are (sent_as_is: no
+        compression), the tap for anything else. None as well on steps that are not measured."""
+        if self._step % self.every:
+            return None
+        self._given += 1
+        if (sent_as_is and not self.micro and grad.dtype in _CORE_SUMSQ and not grad.is_sparse
+                and grad.device.type == "cpu"):
+            self._dirty = True
+            return self._slot_addrs[self._group_of.get(id(param), 0) if self._group_of else 0]
+        self.accumulate(grad, param)
+        self._py_params.add(param)
+        return None
+
     def accumulate(self, grad, param=None):
         """Adds |grad|^2 of one parameter (called as its allreduce starts)."""
         if not self.active:
             return
-        if grad.device.type == "cpu":
-            if self._local is None:
-                self._local = [0.0] * self._ngroups
-            self._local[self._group(param) if self._group_of else 0] += self._sq(grad)
+        g = self._group(param) if self._group_of else 0
+        if grad.device.type == "cpu":   # into the engine's sums, which the extra allreduce sends
+            self._engine_sq[g] += self._sq(grad)
+            self._dirty = True
             return
         norm = self._norm(grad)   # GPU: stays on the device (no synchronisation in the hook)
         if self._local is None:
             self._local = torch.zeros(self._ngroups, dtype=torch.float64, device=norm.device)
-        self._local[self._group(param)] += norm.double() ** 2
+        self._local[g] += norm.double() ** 2
+
+    def attach_send(self):
+        """Called as a gradient's allreduce is submitted: the extra allreduce's request when this is the
+        step's last gradient (to be enqueued right behind it, so both make the same negotiation round and
+        the same fused buffer; the optimizer's synchronize then waits for it), else ()."""
+        if self._given != self.params_per_step or self._handle is not None or self.micro or \
+                self._local is not None or self._step % self.every:
+            return ()
+        self._started_at = time.perf_counter()
+        self._handle = self._ATTACHED
+        return self._send_ops()
+
+    def _send_ops(self):
+        """The extra allreduce, built once: the engine fills its float32 buffer from the float64 local
+        sums as it enqueues it (Request::fill_from)."""
+        if self._send_op is None:
+            ptr = self._send.data_ptr()
+            self._send_op = [_api.Op(_core.ALLREDUCE, _core.FLOAT32, (self._ngroups,), ptr, ptr,
+                                     name=self._SEND_NAME, reduce_op=_api.Average,
+                                     process_set=cv.process_set(self.process_set).process_set_id,
+                                     fill_from=self._engine_sq.data_ptr())]
+        return self._send_op
 
     def start(self):
-        """Submits the allreduce of local |g_k|^2 (once per step, after the last gradient)."""
+        """Submits the allreduce of local |g_k|^2 (once per step, after the last gradient) unless it went
+        out with the last gradient (attach_send)."""
         if self._handle is not None or self.micro or not self.active:
             return
         self._started_at = time.perf_counter()
-        local = [0.0] * self._ngroups if self._local is None else self._local
-        buf = (torch.tensor(local, dtype=torch.float32) if isinstance(local, list)
-               else local.to(torch.float32))
-        # One fixed name: steady state then hits the engine's response cache like the gradients do.
-        self._handle = ops.allreduce_async_(buf, name="noise_scale.local_sq", op=_api.Average,
-                                            process_set=self.process_set)
+        local = self._local
+        if local is not None:   # GPU gradients: a device tensor (plus any CPU parameters' sums)
+            if self._dirty:
+                local = local + self._engine_sq[:self._ngroups].to(local.device)
+            self._handle = ops.allreduce_async_(local.to(torch.float32), name=self._SEND_NAME,
+                                                op=_api.Average, process_set=self.process_set)
+            return
+        self._handle = _api.submit(self._send_ops(), self._send, self._send_result)
+
+    # One fixed name: steady state then hits the engine's response cache like the gradients do.
+    _SEND_NAME = "noise_scale.local_sq"
+    _ATTACHED = -1   # _handle when the request went out with the last gradient's handle
+
+    def _send_result(self, _):
+        return self._send
 
     @property
     def started(self):
@@ -180,12 +246,24 @@ class NoiseScaleTap:
         else:
             if self._handle is None:
                 self.start()
-            a_s = ops.synchronize(self._handle).tolist()
+            if self._handle == self._ATTACHED:   # synchronized with the last gradient
+                a_s = self._send.tolist()
+            else:
+                a_s = ops.synchronize(self._handle).tolist()
             self._handle = None
-        self._local = None
         self._step += 1
-        groups = [self._group(params[i] if params is not None else None) for i in range(len(reduced_grads))]
-        a_b = self._sq_sums(reduced_grads, groups, self._ngroups)
+        # A_b: the engine summed it for the gradients it was given slots for; the tap sums the rest.
+        if self.micro or params is None:
+            taken = range(len(reduced_grads))
+        elif self._py_params:
+            taken = [i for i, p in enumerate(params) if p in self._py_params]
+        else:
+            taken = ()
+        groups = [self._group(params[i] if params is not None else None) for i in taken]
+        a_b = self._sq_sums([reduced_grads[i] for i in taken], groups, self._ngroups)
+        if self._dirty and not self.micro:
+            a_b = [a + b for a, b in zip(a_b, self._engine_sq.tolist()[self._ngroups:])]
+        self.reset_step()
         div = 1.0
         if self.op == _api.Sum:      # the reduced gradient is a sum over workers: G is its mean
             div *= self.workers ** 2
@@ -199,6 +277,29 @@ class NoiseScaleTap:
             self.estimator.record_step_time(now - self._last_finish, sync)
         self._last_finish, self._started_at = now, None
         self.estimator.update(a_s, a_b, lr)
+
+    def reset_step(self):
+        """Forgets the current step's sums (after finish, or when the optimizer abandons a failed step)."""
+        if self._dirty:
+            self._engine_sq.zero_()
+            self._dirty = False
+        self._py_params.clear()
+        self._local = None
+        self._given = 0
+
+    def abandon(self):
+        """The optimizer gave up this step (a failed synchronize): wait out the extra allreduce, if any,
+        and start the next step from zero."""
+        if self._handle is not None and self._handle != self._ATTACHED:   # attached: the optimizer waits
+            try:
+                ops.synchronize(self._handle)
+            except Exception:  # noqa: BLE001 -- failed or done: either way nothing writes into it any more
+                pass
+            self._handle = None
+        self._started_at = None
+        self._micro_sq.zero_()
+        self._prev.clear()
+        self.reset_step()
 
     def report(self):
         return None if self.estimator.calls == 0 else self.estimator.report()

@@ -36,7 +36,7 @@ def _writeback(pairs):
 # ---------------------------------------------------------------- allreduce
 
 def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_factor, postscale_factor,
-                     process_set):
+                     process_set, sumsq=None, extra_ops=()):
     what = ("grouped_" if grouped else "") + "allreduce" + ("_" if inplace else "")
     ps = cv.process_set(process_set)
     op = cv.resolve_op(op, average)
@@ -56,7 +56,8 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_fact
     ops = [Op(_core.ALLREDUCE, c, cv.shape_of(x), x.data_ptr(), o.data_ptr(),
               name=_name(name, i if grouped else None), reduce_op=op, prescale=prescale, postscale=postscale,
               process_set=ps.process_set_id, device=cv.device_of(x), stream=cv.stream_of(x), group=group,
-              group_size=len(inputs) if grouped else 0)
+              group_size=len(inputs) if grouped else 0,
+              **({} if sumsq is None or sumsq[i] is None else {"sumsq_in": sumsq[i][0], "sumsq_out": sumsq[i][1]}))
            for i, (x, o, c) in enumerate(zip(inputs, outputs, codes))]
     results = tensors if inplace else outputs
 
@@ -65,7 +66,7 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_fact
             _writeback(zip(tensors, outputs))
         return list(results) if grouped else results[0]
 
-    return _api.submit(ops, (tensors, inputs, outputs), finalize)
+    return _api.submit(ops + list(extra_ops), (tensors, inputs, outputs), finalize)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -80,6 +81,15 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """As allreduce_async, writing the result into `tensor`."""
     return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
                             process_set)
+
+
+def allreduce_tapped_async_(tensors, sumsq, grouped, name, op, prescale_factor, postscale_factor, process_set,
+                            extra_ops=()):
+    """In-place (grouped) allreduce for DistributedOptimizer with the noise-scale tap's squared-norm
+    addresses: sumsq[i] = (sumsq_in, sumsq_out) or None per tensor (Request::sumsq_in in request.h).
+    extra_ops (the tap's own request, already built) are enqueued right behind, under the same handle."""
+    return _allreduce_async(tensors, True, grouped, None, name, op, prescale_factor, postscale_factor,
+                            process_set, sumsq, extra_ops)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

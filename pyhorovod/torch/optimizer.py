@@ -103,6 +103,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if p.requires_grad:
                     self._requires_update.add(p)
                     self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+        if self._noise_tap is not None:
+            self._noise_tap.params_per_step = len(self._requires_update)
 
     def _scales(self):
         # Average = Sum x 1/size (added by the engine); predividing splits the division around the sum
@@ -117,31 +119,38 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         name = self._parameter_names.get(p)
         tensor = p.grad
-        if self._noise_tap is not None:
-            self._noise_tap.accumulate(tensor, p)
+        tap = self._noise_tap
         if tensor.is_sparse:
-            if self.sparse_as_dense:
-                tensor = tensor.to_dense()
-            else:
+            if not self.sparse_as_dense:
+                if tap is not None:
+                    tap.engine_slots(tensor, p)   # sparse: the tap takes the norms itself
                 return ops.sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
+            tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scales()
-        handle = ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
-                                      postscale_factor=post, process_set=self.process_set)
+        if tap is None:
+            handle = ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                          postscale_factor=post, process_set=self.process_set)
+        else:   # the engine takes |g|^2 and the reduced |G|^2; the last gradient brings the tap's request
+            slots = tap.engine_slots(p.grad, p, compressed is tensor)
+            handle = ops.allreduce_tapped_async_([compressed], [slots], False, name, self.op, pre, post,
+                                                 self.process_set, tap.attach_send())
         return handle, ctx
 
     def _grouped_allreduce_grad_async(self, group):
+        tap = self._noise_tap
         for p in group:
             if p.grad is None:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-            if self._noise_tap is not None:
-                self._noise_tap.accumulate(p.grad, p)
         grads = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in group]
         compressed, ctxs = zip(*[self._compression.compress(g) for g in grads])
         pre, post = self._scales()
-        handle = ops.grouped_allreduce_async_(list(compressed), name=self._parameter_names.get(group[0]),
-                                              op=self.op, prescale_factor=pre, postscale_factor=post,
-                                              process_set=self.process_set)
+        # The noise tap's squared-norm addresses per tensor (None: the tap took the norm itself).
+        slots = [None if tap is None else tap.engine_slots(p.grad, p, c is p.grad)
+                 for p, c in zip(group, compressed)]
+        handle = ops.allreduce_tapped_async_(list(compressed), slots, True, self._parameter_names.get(group[0]),
+                                             self.op, pre, post, self.process_set,
+                                             () if tap is None else tap.attach_send())
         return handle, ctxs
 
     def _make_hook(self, p):
@@ -246,6 +255,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 except Exception:  # noqa: BLE001 -- failed or already synchronized: either way it is done
                     pass
         self._handles.clear()
+        if self._noise_tap is not None:
+            self._noise_tap.abandon()
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
         for group in self._group_counts:

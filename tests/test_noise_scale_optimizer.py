@@ -128,10 +128,14 @@ def steps_body(variants, steps):
     out = {}
     for variant in variants:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+        if variant == "sparse":   # the embedding's sparse gradient is the step's last: the tap's request
+            model = torch.nn.Sequential(torch.nn.EmbeddingBag(20, 6, mode="mean", sparse=True),  # goes alone
+                                        torch.nn.Linear(6, 3))
+        else:
+            model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         kw = {"fp16": {"compression": hvd.Compression.fp16}, "grouped": {"groups": 2},
-              "plain": {}}[variant]
+              "plain": {}, "sparse": {}}[variant]
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), batch_size=4,
                                        named_parameters=model.named_parameters(), measure_noise_scale=True,
                                        **kw)
@@ -142,14 +146,15 @@ def steps_body(variants, steps):
         exact = []
         for step in range(steps):
             gen = torch.Generator().manual_seed(10 + step)
-            x, y = torch.randn(hvd.size() * 4, 6, generator=gen), torch.randint(0, 3, (hvd.size() * 4,),
-                                                                                  generator=gen)
+            x = (torch.randint(0, 20, (hvd.size() * 4, 3), generator=gen) if variant == "sparse"
+                 else torch.randn(hvd.size() * 4, 6, generator=gen))
+            y = torch.randint(0, 3, (hvd.size() * 4,), generator=gen)
             shards = []
             for k in range(hvd.size()):
                 rows = slice(4 * k, 4 * k + 4)
                 gr = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[rows]), y[rows]),
                                          list(model.parameters()))
-                shards.append(torch.cat([g.double().reshape(-1) for g in gr]))
+                shards.append(torch.cat([(g.to_dense() if g.is_sparse else g).double().reshape(-1) for g in gr]))
             exact.append((float(sum((s ** 2).sum() for s in shards) / len(shards)),
                           float(((sum(shards) / len(shards)) ** 2).sum())))
             rows = slice(4 * hvd.rank(), 4 * hvd.rank() + 4)
@@ -164,9 +169,10 @@ def steps_body(variants, steps):
 def test_the_engine_sums_match_exact_values_step_after_step():
     """The engine takes |g|^2 as it enqueues each gradient and |G|^2 as it writes each result, and the
     tap's request goes out behind the last gradient; over several steps (the sums restart each step),
-    with grouped allreduces, and with fp16 compression (the tap then takes the norms itself)."""
+    with grouped allreduces, and with fp16 compression or a sparse gradient (the tap then takes those
+    norms itself; a sparse last gradient sends the tap's request on its own)."""
     from mp import run_ranks
-    results = run_ranks(steps_body, 2, timeout=100, args=(["plain", "grouped", "fp16"], 3))
+    results = run_ranks(steps_body, 2, timeout=100, args=(["plain", "grouped", "fp16", "sparse"], 3))
     for res in results:
         for variant, got in res.value.items():
             assert len(got["fed"]) == 3, variant

@@ -93,9 +93,12 @@ def body_step(mode, tmp):
     torch.manual_seed(0)
     hvd.init()
     r = hvd.rank()
+    noise = mode.endswith("+noise")   # with the noise-scale tap, whose request rides with the last gradient
+    mode = mode.split("+")[0]
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+                                   named_parameters=model.named_parameters(),
+                                   **({"measure_noise_scale": True, "batch_size": 16} if noise else {}))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     x, y = torch.randn(16, 64) * (r + 1), torch.randint(0, 4, (16,))
 
@@ -121,7 +124,7 @@ def body_step(mode, tmp):
         while not os.path.exists(os.path.join(tmp, "failed")):
             time.sleep(0.02)
         step()
-        return [p.detach().numpy().tolist() for p in model.parameters()]
+        return _trained(model, opt, noise)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     state = {k: v["momentum_buffer"].clone() for k, v in enumerate(opt.state.values())}
     with pytest.raises(hvd.HorovodInternalError) as info:
@@ -134,19 +137,27 @@ def body_step(mode, tmp):
     if mode != "timeout":
         return {"message": str(info.value)}
     step()   # the engine survived the timeout: the optimizer keeps working
-    return [p.detach().numpy().tolist() for p in model.parameters()]
+    return _trained(model, opt, noise)
 
 
-@pytest.mark.parametrize("mode", ["killed", "partial", "timeout"])
+def _trained(model, opt, noise):
+    """The parameters, and with the noise tap the number of steps it measured (the failed one not)."""
+    out = [p.detach().numpy().tolist() for p in model.parameters()]
+    return out + [[float(opt.noise_scale_report()["step"])]] if noise else out
+
+
+@pytest.mark.parametrize("mode", ["killed", "partial", "timeout", "timeout+noise"])
 def test_a_failed_synchronize_leaves_parameters_untouched(tmp_path, mode):
     results = run_ranks(body_step, 2, timeout=120, args=(mode, str(tmp_path)), check=False, grace=60,
-                        env={"PYHOROVOD_TIMEOUT_SECONDS": "3" if mode == "timeout" else "30"})
+                        env={"PYHOROVOD_TIMEOUT_SECONDS": "3" if mode.startswith("timeout") else "30"})
     report = "\n".join(f"rank {r.rank}: exit {r.returncode}\n{r.stderr[-3000:]}" for r in results)
     assert results[0].returncode == 0, report
-    if mode == "timeout":
+    if mode.startswith("timeout"):
         assert results[1].returncode == 0, report
         for a, b in zip(results[0].value, results[1].value):   # both ranks applied the same next step
             assert np.array_equal(np.array(a), np.array(b)), report
+        if mode == "timeout+noise":   # the tap forgot the failed step and measured the next one
+            assert results[0].value[-1] == results[1].value[-1] == [2.0], report
     else:
         assert results[1].returncode == -signal.SIGKILL, report
         assert "rank 1" in results[0].value["message"], report

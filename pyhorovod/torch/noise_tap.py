@@ -295,7 +295,7 @@ class NoiseScaleTap:
                 ops.synchronize(self._handle)
             except Exception:  # noqa: BLE001 -- failed or done: either way nothing writes into it any more
                 pass
-            self._handle = None
+        self._handle = None
         self._started_at = None
         self._micro_sq.zero_()
         self._prev.clear()

@@ -232,7 +232,7 @@ class NoiseScaleTap:
     def started(self):
         return self._handle is not None or self.micro or not self.active
 
-    def finish(self, reduced_grads, lr, params=None):
+    def finish(self, reduced_grads, lr, params):
         """After synchronize: A_s from the extra allreduce (or the micro-batches), A_b from the reduced
         gradients (params: the parameters of reduced_grads, for per-group sums)."""
         if not self.active:
@@ -253,13 +253,11 @@ class NoiseScaleTap:
             self._handle = None
         self._step += 1
         # A_b: the engine summed it for the gradients it was given slots for; the tap sums the rest.
-        if self.micro or params is None:
+        if self.micro:
             taken = range(len(reduced_grads))
-        elif self._py_params:
-            taken = [i for i, p in enumerate(params) if p in self._py_params]
         else:
-            taken = ()
-        groups = [self._group(params[i] if params is not None else None) for i in taken]
+            taken = [i for i, p in enumerate(params) if p in self._py_params] if self._py_params else ()
+        groups = [self._group(params[i]) for i in taken]
         a_b = self._sq_sums([reduced_grads[i] for i in taken], groups, self._ngroups)
         if self._dirty and not self.micro:
             a_b = [a + b for a, b in zip(a_b, self._engine_sq.tolist()[self._ngroups:])]

@@ -29,13 +29,14 @@ namespace phv {
 namespace {
 
 // Zero-copy receive of a reduce-phase segment: each piece is reduced into the buffer where it lies in
-// the transport (shared memory), dst[offset..] = dst[offset..] (op) piece.
+// the transport (shared memory), dst[offset..] = (dst[offset..] (op) piece) * scale.
 struct ReduceSink final : RecvSink {
   ReduceSink(DataType dt_, ReduceOp op_) : dt(dt_), op(op_), esize(dtype_size(dt_)) {}
   void consume(const void* data, size_t offset, size_t len) override {
-    reduce_into(dst + offset, data, len / esize, dt, op);
+    reduce_scale_into(dst + offset, data, len / esize, dt, op, scale);
   }
   char* dst = nullptr;
+  double scale = 1.0;  // the postscale, on the last reduction of a segment this rank owns
   DataType dt;
   ReduceOp op;
   size_t esize;
@@ -74,6 +75,9 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
   if (reduce_steps > 0 && !in_place) scratch.reset(new char[window * seg_elems * esize]);
   auto slot = [&](size_t j) { return scratch.get() + (j % window) * seg_elems * esize; };
   std::vector<ReduceSink> sinks(in_place ? window : 0, ReduceSink(dt, op));
+  // The last reduce step completes a segment of the chunk this rank owns: it is scaled in the same pass
+  // that reduces it (reduce_scale_into), before it is sent on.
+  const double owned_scale = kind == RingKind::ALLREDUCE ? postscale : 1.0;
 
   std::vector<char> send_done(nsend, 0), recv_done(nrecv, 0);
   std::unordered_map<RequestId, long> ids;  // >= 0: send index; < 0: -(recv index) - 1
@@ -95,6 +99,7 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
       } else if (in_place) {
         ReduceSink& sink = sinks[j % window];
         sink.dst = dst;
+        sink.scale = m.step == reduce_steps - 1 ? owned_scale : 1.0;
         id = tr->post_recv_sink(left, m.range.count * esize, esize, &sink);
       } else {
         id = tr->post_recv(left, slot(j), m.range.count * esize);
@@ -143,10 +148,8 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     while (recvs_finished < nrecv && recv_done[recvs_finished]) {
       const RingMessage& m = plan.recvs[recvs_finished];
       if (m.step < reduce_steps && !in_place)
-        reduce_into(buf + m.range.offset * esize, slot(recvs_finished), m.range.count, dt, op);
-      // The last reduce step completes a segment of the chunk this rank owns: scale it before it is sent.
-      if (m.step == reduce_steps - 1 && kind == RingKind::ALLREDUCE && postscale != 1.0)
-        scale_buffer(buf + m.range.offset * esize, m.range.count, dt, postscale);
+        reduce_scale_into(buf + m.range.offset * esize, slot(recvs_finished), m.range.count, dt, op,
+                          m.step == reduce_steps - 1 ? owned_scale : 1.0);
       ++recvs_finished;
       post_sends();
       post_recvs();

@@ -214,6 +214,22 @@ Kernels get_kernels(DataType dt, ReduceOp op) {
   return cpu_has_avx2() ? select_kernels<true>(dt, op) : select_kernels<false>(dt, op);
 }
 
+// (d + s) * f, rounded after each operation exactly as the separate sum and scale passes round.
+template <class T>
+PHV_INLINE void sum_scale_loop(T* __restrict d, const T* __restrict s, size_t n, T f) {
+  for (size_t i = 0; i < n; ++i) d[i] = (d[i] + s[i]) * f;
+}
+template <class T>
+void sum_scale_plain(T* d, const T* s, size_t n, T f) { sum_scale_loop(d, s, n, f); }
+template <class T>
+PHV_AVX2 void sum_scale_avx2(T* d, const T* s, size_t n, T f) { sum_scale_loop(d, s, n, f); }
+
+template <class T>
+void sum_scale(void* d, const void* s, size_t n, T f) {
+  if (cpu_has_avx2()) return sum_scale_avx2(static_cast<T*>(d), static_cast<const T*>(s), n, f);
+  sum_scale_plain(static_cast<T*>(d), static_cast<const T*>(s), n, f);
+}
+
 }  // namespace
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dt, ReduceOp op) {
@@ -242,6 +258,25 @@ void reduce_to(void* out, const void* a, const void* b, size_t count, DataType d
     return reduce_into(out, a, count, dt, op);
   }
   k.to(out, a, b, count);
+}
+
+void reduce_scale_into(void* dst, const void* src, size_t count, DataType dt, ReduceOp op, double factor) {
+  if (factor == 1.0) return reduce_into(dst, src, count, dt, op);
+  PHV_CHECK_ARG(dt != DataType::BOOL, "reduce: cannot scale a bool tensor by ", factor);
+  if (op == ReduceOp::SUM && dst != src && dt == DataType::FLOAT32)
+    return sum_scale<float>(dst, src, count, static_cast<float>(factor));  // scale_buffer's float factor
+  if (op == ReduceOp::SUM && dst != src && dt == DataType::FLOAT64) return sum_scale<double>(dst, src, count, factor);
+  const size_t esize = dtype_size(dt);
+  PHV_CHECK_ARG(esize != 0, "reduce: unknown dtype ", static_cast<int>(dt));
+  const size_t block = (size_t(16) << 10) / esize;  // stays in L1 between the two passes
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  for (size_t i = 0; i < count; i += block) {
+    size_t n = count - i < block ? count - i : block;
+    reduce_into(d + i * esize, s + i * esize, n, dt, op);
+    scale_buffer(d + i * esize, n, dt, factor);
+  }
+  if (count == 0) reduce_into(dst, src, 0, dt, op);  // still validates dt and op
 }
 
 }  // namespace phv

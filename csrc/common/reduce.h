@@ -14,6 +14,11 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dt, ReduceOp
 // out[i] = a[i] (op) b[i]: the same as reduce_into with a separate output (out may alias a or b).
 void reduce_to(void* out, const void* a, const void* b, size_t count, DataType dt, ReduceOp op);
 
+// dst[i] = (dst[i] (op) src[i]) * factor: reduce_into then scale_buffer, with the same rounding, in one
+// pass over memory (the ring's last reduction of a chunk applies AVERAGE's 1/size this way). float32 and
+// float64 SUM are fused into one loop; other types reduce and scale cache-sized blocks in turn.
+void reduce_scale_into(void* dst, const void* src, size_t count, DataType dt, ReduceOp op, double factor);
+
 // buf[i] *= factor. Floating types multiply in their widened type (float32 for 16-bit floats,
 // double for float64); integer types multiply in double and truncate toward zero; BOOL is rejected
 // unless factor == 1. factor == 1 is a no-op.

@@ -290,6 +290,63 @@ void test_scale() {
   CHECK(threw, "bool * 0.5 is INVALID_ARGUMENT");
 }
 
+// reduce_scale_into must give exactly what reduce_into followed by scale_buffer gives: every dtype and
+// op (SUM of float32/float64 takes the fused loop, the rest the blocked path), lengths across the SIMD
+// tails and the blocks, in place on itself too; and it rejects what the two reject.
+void test_reduce_scale_into() {
+  const DataType types[] = {DataType::UINT8, DataType::INT8, DataType::INT16, DataType::INT32,
+                            DataType::INT64, DataType::FLOAT32, DataType::FLOAT64, DataType::FLOAT16,
+                            DataType::BFLOAT16};
+  const size_t lens[] = {0, 1, 7, 9, 33, 4099, 70001};  // 70001 float32: more than one 16 KiB block
+  for (DataType dt : types) {
+    const size_t esize = dtype_size(dt);
+    for (ReduceOp op : kOps) {
+      for (size_t n : lens) {
+        for (double factor : {0.5, 1.0 / 3.0, 1.0}) {
+          std::vector<unsigned char> a(n * esize), b(n * esize);
+          for (size_t i = 0; i < n; ++i) {  // small, valid values of every type (no NaN bit patterns)
+            double va = static_cast<double>(rng() % 200) / 8.0, vb = static_cast<double>(rng() % 200) / 8.0;
+            auto put = [&](unsigned char* dst, double v) {
+              switch (dt) {
+                case DataType::FLOAT32: { float f = static_cast<float>(v); std::memcpy(dst, &f, 4); break; }
+                case DataType::FLOAT64: std::memcpy(dst, &v, 8); break;
+                case DataType::FLOAT16: { uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
+                case DataType::BFLOAT16: { uint16_t h = float_to_bfloat16(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
+                default: { int64_t k = static_cast<int64_t>(v * 8) - 100; std::memcpy(dst, &k, esize); break; }
+              }
+            };
+            put(&a[i * esize], va);
+            put(&b[i * esize], vb);
+          }
+          for (bool aliased : {false, true}) {  // src == dst: x op x, then scaled
+            auto want = a;
+            const void* src_want = aliased ? static_cast<const void*>(want.data()) : b.data();
+            reduce_into(want.data(), src_want, n, dt, op);
+            scale_buffer(want.data(), n, dt, factor);
+            auto got = a;
+            reduce_scale_into(got.data(), aliased ? static_cast<const void*>(got.data()) : b.data(), n, dt, op,
+                              factor);
+            CHECK(got == want, "reduce_scale_into dtype %d op %s n %zu factor %g aliased %d", static_cast<int>(dt),
+                  reduce_op_name(op), n, factor, static_cast<int>(aliased));
+          }
+        }
+      }
+    }
+  }
+  float x = 1, y = 2;
+  bool threw = false;
+  try { reduce_scale_into(&x, &y, 1, DataType::FLOAT32, ReduceOp::AVERAGE, 0.5); } catch (const HvdError& e) {
+    threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
+  }
+  CHECK(threw && x == 1.0f, "reduce_scale_into: AVERAGE rejected, buffer untouched");
+  uint8_t bd[2] = {1, 0}, bs[2] = {0, 0};
+  threw = false;
+  try { reduce_scale_into(bd, bs, 2, DataType::BOOL, ReduceOp::SUM, 0.5); } catch (const HvdError& e) {
+    threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
+  }
+  CHECK(threw && bd[0] == 1, "reduce_scale_into: bool * 0.5 rejected, buffer untouched");
+}
+
 void test_bad_args() {
   float x = 1, y = 2;
   bool threw = false;
@@ -338,6 +395,7 @@ int main() {
   test_16<Bf16>(DataType::BFLOAT16);
   test_bool();
   test_half_conversions();
+  test_reduce_scale_into();
   test_bf16_conversions();
   test_scale();
   test_bad_args();

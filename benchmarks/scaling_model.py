@@ -49,24 +49,30 @@ PUBLISHED = {
 }
 
 
+def fit_with_loo(pts):
+    """Fit the ring model to pts; every point's in-sample error and its leave-one-out error (the point
+    predicted by a fit to the others: the honest check, since with as many points as parameters the
+    in-sample fit is exact by construction)."""
+    net, worst = cm.fit_ring(pts)
+    rows = cm.predicted_vs_measured(pts, net)
+    for i, r in enumerate(rows):
+        rest = pts[:i] + pts[i + 1:]
+        r["loo_rel_error"] = None
+        if len({(q, m) for q, m, _ in rest}) >= 2:
+            loo, _ = cm.fit_ring(rest)
+            r["loo_rel_error"] = cm.ring_allreduce_time(r["bytes"], r["p"], loo) / r["measured_s"] - 1.0
+    return net, worst, rows
+
+
 def fit_section(coll, candidates, min_bytes):
     fits = {}
     for cand in candidates:
         pts = cm.points_from_collectives_json(coll, cand, "allreduce", min_bytes=min_bytes)
         if len({(p, m) for p, m, _ in pts}) < 2:
             continue
-        net, worst = cm.fit_ring(pts)
-        rows = cm.predicted_vs_measured(pts, net)
-        # Leave-one-out: each point predicted by a fit to the others (the honest check: with as many
-        # points as parameters the in-sample fit is exact by construction).
-        for i, r in enumerate(rows):
-            rest = pts[:i] + pts[i + 1:]
-            r["loo_rel_error"] = None
-            if len({(q, m) for q, m, _ in rest}) >= 2:
-                loo, _ = cm.fit_ring(rest)
-                r["loo_rel_error"] = cm.ring_allreduce_time(r["bytes"], r["p"], loo) / r["measured_s"] - 1.0
+        net, worst, rows = fit_with_loo(pts)
         fits[cand] = {"alpha_s": net.alpha_s, "beta_bytes_per_s": net.beta_bytes_per_s,
-                      "worst_rel_error": worst, "points": rows}
+                      "worst_rel_error": worst, "points": rows, "per_n": {}}
         print(f"\n# fit, ring allreduce, {cand}: alpha = {net.alpha_s * 1e6:.1f} us, "
               f"beta = {net.beta_bytes_per_s / 1e9:.3f} GB/s, {len(pts)} points, worst in-sample error {worst * 100:.0f}%")
         C.print_table(["n", "size", "measured(us)", "model(us)", "error", "leave-one-out", "within 25%"],
@@ -74,6 +80,22 @@ def fit_section(coll, candidates, min_bytes):
                         f"{r['predicted_s'] * 1e6:.1f}", f"{r['rel_error'] * 100:+.0f}%",
                         "-" if r["loo_rel_error"] is None else f"{r['loo_rel_error'] * 100:+.0f}%",
                         "yes" if abs(r["rel_error"]) <= 0.25 else "NO"] for r in rows])
+        # One (alpha, beta) per rank count: on one host the regime changes with n (ranks > cores share
+        # them; n ranks' buffers fit the last-level cache or not), so a joint fit mixes regimes.
+        per_n_rows = []
+        for n in sorted({p for p, _, _ in pts}):
+            sub = [q for q in pts if q[0] == n]
+            if len(sub) < 3:   # leave-one-out needs two points left
+                continue
+            net_n, _, rows_n = fit_with_loo(sub)
+            fits[cand]["per_n"][n] = {"alpha_s": net_n.alpha_s, "beta_bytes_per_s": net_n.beta_bytes_per_s,
+                                      "points": rows_n}
+            per_n_rows += [[n, f"{net_n.alpha_s * 1e6:.1f}", f"{net_n.beta_bytes_per_s / 1e9:.2f}",
+                            C.fmt_size(int(r["bytes"])), f"{r['measured_s'] * 1e6:.1f}",
+                            f"{r['loo_rel_error'] * 100:+.0f}%"] for r in rows_n]
+        if per_n_rows:
+            print(f"# {cand}, one fit per rank count: each point's leave-one-out error")
+            C.print_table(["n", "alpha(us)", "beta(GB/s)", "size", "measured(us)", "leave-one-out"], per_n_rows)
     return fits
 
 

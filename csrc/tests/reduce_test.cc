@@ -297,7 +297,7 @@ void test_reduce_scale_into() {
   const DataType types[] = {DataType::UINT8, DataType::INT8, DataType::INT16, DataType::INT32,
                             DataType::INT64, DataType::FLOAT32, DataType::FLOAT64, DataType::FLOAT16,
                             DataType::BFLOAT16};
-  const size_t lens[] = {0, 1, 7, 9, 33, 4099, 70001};  // 70001 float32: more than one 16 KiB block
+  const size_t lens[] = {0, 1, 7, 9, 33, 4099, 70001};  // 70001: several 16 KiB blocks in every type
   for (DataType dt : types) {
     const size_t esize = dtype_size(dt);
     for (ReduceOp op : kOps) {

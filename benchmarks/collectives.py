@@ -103,8 +103,7 @@ def launch(cand, n, sizes, args, hvd_python, tag):
         for r in range(n):
             e = dict(env, **common, BENCH_RANK=str(r), RANK=str(r), LOCAL_RANK=str(r))
             group.append(([sys.executable, WORKER, cand] + wargs, e))
-    outs = C.run_group(group, args.timeout, f"{cand} n={n}")
-    recs = [r for o in outs for r in C.parse_records(o)]
+    recs = C.run_records(group, args.timeout, f"{cand} n={n}")
     want = n * len(sizes) * len(args.ops.split(","))
     if len(recs) != want:
         raise C.LaunchError(f"{cand} n={n}: expected {want} records, got {len(recs)}")

@@ -16,6 +16,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -122,9 +123,22 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+RECORDS_ENV = "PHV_BENCH_RECORDS"   # set by run_records: the directory workers write their records to
+
+
 def emit(record):
-    """Worker side: one record on stdout, one line, flushed (mpirun forwards whole lines)."""
-    sys.stdout.write(RECORD_PREFIX + json.dumps(record, separators=(",", ":")) + "\n")
+    """Worker side: one record. Under run_records (RECORDS_ENV set) it becomes a file of its own in that
+    directory: mpirun merges the ranks' stdout in pieces that can split a long line and interleave it
+    with another rank's. Otherwise one line on stdout after RECORD_PREFIX, flushed."""
+    text = json.dumps(record, separators=(",", ":"))
+    where = os.environ.get(RECORDS_ENV)
+    if where:
+        path = os.path.join(where, f"{os.getpid()}-{os.urandom(4).hex()}.json")
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)   # whole or absent: the launcher never reads a partial record
+        return
+    sys.stdout.write(RECORD_PREFIX + text + "\n")
     sys.stdout.flush()
 
 
@@ -196,6 +210,19 @@ def run_group(cmds_envs, timeout_s, label):
             msg.append(f"--- process {i} stderr ---\n{_tail(se or '')}")
         raise LaunchError("\n".join(msg))
     return [o[0] for o in outs]
+
+
+def run_records(cmds_envs, timeout_s, label):
+    """run_group, and the records the processes emit() (through files, however they were launched), in
+    the order they were written."""
+    with tempfile.TemporaryDirectory(prefix="phv-bench-") as where:
+        run_group([(argv, dict(env, **{RECORDS_ENV: where})) for argv, env in cmds_envs], timeout_s, label)
+        paths = [os.path.join(where, n) for n in os.listdir(where) if n.endswith(".json")]
+        records = []
+        for path in sorted(paths, key=os.path.getmtime):
+            with open(path) as f:
+                records.append(json.load(f))
+        return records
 
 
 def python_env(extra=None):

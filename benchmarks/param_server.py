@@ -121,8 +121,7 @@ def launch(alg, n, args, net, tag):
             env["BENCH_SECRET"] = group[0][1]["BENCH_SECRET"]
         argv = net.hosts[r].argv(argv_tail) if net else argv_tail
         group.append((argv, env))
-    outs = C.run_group(group, args.timeout, f"{alg} n={n}")
-    return [rec for o in outs for rec in C.parse_records(o)]
+    return C.run_records(group, args.timeout, f"{alg} n={n}")
 
 
 def main(argv=None):

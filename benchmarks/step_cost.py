@@ -90,7 +90,7 @@ def launch(args):
     common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(args.np),
               "LOCAL_WORLD_SIZE": str(args.np)}
     group = [([sys.executable] + wargs, dict(env, **common, RANK=str(r), LOCAL_RANK=str(r))) for r in range(args.np)]
-    recs = [r for o in C.run_group(group, args.timeout, f"step_cost n={args.np}") for r in C.parse_records(o)]
+    recs = C.run_records(group, args.timeout, f"step_cost n={args.np}")
     if len(recs) != args.np:
         raise C.LaunchError(f"step_cost n={args.np}: {len(recs)} records for {args.np} ranks")
     return sorted(recs, key=lambda r: r["rank"])

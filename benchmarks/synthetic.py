@@ -138,7 +138,7 @@ def launch(cand, n, args, hvd_python, tag):
         common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
                   "LOCAL_WORLD_SIZE": str(n)}
         group = [([sys.executable] + wargs, dict(env, **common, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
-    recs = [r for o in C.run_group(group, args.timeout, f"{cand} n={n}") for r in C.parse_records(o)]
+    recs = C.run_records(group, args.timeout, f"{cand} n={n}")
     if len(recs) != n:
         raise C.LaunchError(f"{cand} n={n}: {len(recs)} records for {n} ranks")
     return recs

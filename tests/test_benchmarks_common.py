@@ -1,4 +1,5 @@
-"""Exact checks of the benchmark helpers: sizes, bus factors, statistics, aggregation and ratios."""
+"""Exact checks of the benchmark helpers: sizes, bus factors, statistics, records, aggregation and ratios."""
+import json
 import os
 import sys
 
@@ -44,6 +45,19 @@ def test_records_roundtrip(capsys):
     C.emit({"a": 1})
     out = capsys.readouterr().out
     assert C.parse_records("[1]<stdout>:" + out + "noise\n") == [{"a": 1}]
+
+
+def test_run_records_collects_long_records_from_every_process():
+    # Records far longer than a pipe write (what mpirun's merged output had split and interleaved) come
+    # back whole, one per emit(), from processes started with their own environments.
+    code = ("import sys; sys.path.insert(0, %r); import common as C; r = int(sys.argv[1]); "
+            "[C.emit({'rank': r, 'k': k, 'times': [0.001 * i + r for i in range(3000)]}) for k in range(2)]"
+            % os.path.dirname(C.__file__))
+    group = [([sys.executable, "-c", code, str(r)], dict(os.environ)) for r in range(3)]
+    recs = C.run_records(group, 60, "records")
+    assert sorted((r["rank"], r["k"]) for r in recs) == [(r, k) for r in range(3) for k in range(2)]
+    assert all(rec["times"] == [0.001 * i + rec["rank"] for i in range(3000)] for rec in recs)
+    assert len(json.dumps(recs[0])) > 4096
 
 
 def test_size_blocks():

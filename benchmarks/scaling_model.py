@@ -92,7 +92,8 @@ def fit_section(coll, candidates, min_bytes):
                                       "points": rows_n}
             per_n_rows += [[n, f"{net_n.alpha_s * 1e6:.1f}", f"{net_n.beta_bytes_per_s / 1e9:.2f}",
                             C.fmt_size(int(r["bytes"])), f"{r['measured_s'] * 1e6:.1f}",
-                            f"{r['loo_rel_error'] * 100:+.0f}%"] for r in rows_n]
+                            "-" if r["loo_rel_error"] is None else f"{r['loo_rel_error'] * 100:+.0f}%"]
+                           for r in rows_n]
         if per_n_rows:
             print(f"# {cand}, one fit per rank count: each point's leave-one-out error")
             C.print_table(["n", "alpha(us)", "beta(GB/s)", "size", "measured(us)", "leave-one-out"], per_n_rows)

@@ -36,6 +36,16 @@ DEFAULT = "single,pyhvd,pyhvd-nooverlap,ddp,hvd-mpi"
 FIT_CANDIDATE = {"independent": None, "pyhvd": "api", "pyhvd-nooverlap": "api", "ddp": "gloo", "hvd-mpi": "hvd-mpi", "hvd-gloo": "hvd-gloo"}
 
 
+def add_mlp_args(p):
+    """The MLP's shape and batch (shared/anchors.md's 4.2M model by default), for every script that
+    builds it with build_model."""
+    p.add_argument("--input", type=int, default=1024)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=3, help="hidden layers of the MLP")
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=32, help="per rank")
+
+
 def build_model(args):
     import torch.nn as nn
     if args.model == "mlp":
@@ -166,12 +176,8 @@ def main(argv=None):
     p.add_argument("--np", default="2,4")
     p.add_argument("--candidates", default=DEFAULT)
     p.add_argument("--model", choices=("mlp", "cnn", "fmnist"), default="mlp")
-    p.add_argument("--input", type=int, default=1024)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=3, help="hidden layers of the MLP")
-    p.add_argument("--classes", type=int, default=1000)
+    add_mlp_args(p)
     p.add_argument("--width", type=int, default=32, help="channels of the CNN's first conv")
-    p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--steps", type=int, default=40, help="timed steps per launch")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--windows", type=int, default=4, help="windows per launch for the 95%% interval")

@@ -75,13 +75,23 @@ _next_group = itertools.count(1)
 # Unnamed requests get "<op>.noname.<n>" (in a process set "<op>.ps<id>.noname.<n>"), n counting per
 # (op type, process set): ranks outside a set do not count its ops, so names still agree across ranks
 # when only some ranks run collectives on a set. (One counter for everything, as the engine's own
-# fallback naming would be, diverges as soon as a set excludes somebody.)
+# fallback naming would be, diverges as soon as a set excludes somebody.) Names agree across ranks as
+# long as the ranks' sequences of accepted unnamed calls agree, hence:
+# - a call refused locally (a duplicate name, a bad argument caught by the engine) gives its number back;
+# - a number some other rank used for a call this rank never made (it failed there, e.g. timed out) is
+#   skipped here (the engine learns it from the failure: Engine.auto_name_floor), so the counters meet
+#   again after one rank ran ahead;
+# - the counters restart with every init() (every rank restarts them together);
+# - unnamed calls from several threads cannot be ordered alike on every rank: one made while another
+#   thread's unnamed request is still running is refused at once (_claim_unnamed).
 _auto_names: Dict[Tuple[int, int], int] = {}
 # A synchronous unnamed request is over before its caller can make the next one, so it can reuse one
 # name, "<op>.noname.sync": the response cache then knows it from the second call on (a fresh counter
-# name is a cache miss every time: 61-93 us instead of 27-48 us for one float at 4 ranks). While one
-# thread has that name in flight, another thread's synchronous call falls back to a counter name.
-_sync_names_busy: set = set()
+# name is a cache miss every time: 61-93 us instead of 27-48 us for one float at 4 ranks).
+_sync_names_busy: Dict[Tuple[int, int], int] = {}   # key -> thread holding the synchronous name
+# Handles with unnamed requests, by the thread that submitted them (until synchronize): handle -> the
+# (op type, process set) counters its names came from.
+_unnamed_by_thread: Dict[int, Dict[int, frozenset]] = {}
 OP_TYPE_NAMES = {_core.ALLREDUCE: "allreduce", _core.ALLGATHER: "allgather", _core.BROADCAST: "broadcast",
                  _core.ALLTOALL: "alltoall", _core.REDUCESCATTER: "reducescatter", _core.BARRIER: "barrier",
                  _core.JOIN: "join"}
@@ -149,17 +159,27 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
     rejects the k-th op, ops before it are already in flight; they are kept alive and left to complete
     (the error, raised here, is the same on every rank in the usual case of a deterministic program)."""
     engine = basics.engine()
+    unnamed = frozenset((op.op_type, op.process_set) for op in ops if not op.name)
+    if unnamed:
+        _claim_unnamed(engine, unnamed)
     handles = []
     try:
         for op in ops:
+            numbered = None
             if not op.name:
-                op = dataclasses.replace(op, name=_auto_name(op.op_type, op.process_set))
-            handles.append(engine.enqueue(
-                op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
-                reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
-                root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
-                group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream,
-                sumsq_in=op.sumsq_in, sumsq_out=op.sumsq_out, fill_from=op.fill_from))
+                numbered = (op.op_type, op.process_set)
+                op = dataclasses.replace(op, name=_auto_name(engine, *numbered))
+            try:
+                handles.append(engine.enqueue(
+                    op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
+                    reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
+                    root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
+                    group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream,
+                    sumsq_in=op.sumsq_in, sumsq_out=op.sumsq_out, fill_from=op.fill_from))
+            except Exception:
+                if numbered is not None:
+                    _return_number(numbered, op.name)
+                raise
     except Exception as e:
         if handles:
             with _lock:
@@ -171,6 +191,8 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
     handle = next(_next_handle)
     with _lock:
         _handles[handle] = _Entry(handles, keepalive, finalize)
+        if unnamed:
+            _unnamed_by_thread.setdefault(threading.get_ident(), {})[handle] = unnamed
     return handle
 
 
@@ -194,26 +216,65 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
     finally:
         if claimed is not None:
             with _lock:
-                _sync_names_busy.discard(claimed)
+                _sync_names_busy.pop(claimed, None)
 
 
 def _claim_sync_name(op_type: int, process_set: int):
-    """(name, key to release or None): the reusable synchronous name if no other thread holds it."""
+    """(name, key to release): the reusable synchronous name (after _claim_unnamed's check)."""
     key = (op_type, process_set)
+    _claim_unnamed(basics.engine(), (key,))
     with _lock:
-        if key not in _sync_names_busy:
-            _sync_names_busy.add(key)
-            where = f".ps{process_set}" if process_set else ""
-            return f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname.sync", key
-    return _auto_name(op_type, process_set), None
-
-
-def _auto_name(op_type: int, process_set: int) -> str:
-    with _lock:
-        n = _auto_names.get((op_type, process_set), 0) + 1
-        _auto_names[(op_type, process_set)] = n
+        _sync_names_busy[key] = threading.get_ident()
     where = f".ps{process_set}" if process_set else ""
-    return f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname.{n}"
+    return f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname.sync", key
+
+
+def _claim_unnamed(engine, keys) -> None:
+    """ValueError when another thread has an unnamed request of the same op type and process set
+    running: the ranks could not pair the threads' calls alike (each rank interleaves them in its own
+    order). Different op types count separately, so threads that use different ones do not conflict."""
+    me = threading.get_ident()
+    with _lock:
+        if not _sync_names_busy and all(t == me for t in _unnamed_by_thread):
+            return
+        clash = [k for k in keys if _sync_names_busy.get(k, me) != me]
+        for thread, handles in list(_unnamed_by_thread.items()):
+            if thread == me or clash:
+                continue
+            for h, their_keys in list(handles.items()):
+                entry = _handles.get(h)
+                if entry is None or all(engine.poll(eh) for eh in entry.engine_handles):
+                    del handles[h]  # completed: no longer in the way
+                elif their_keys & set(keys):
+                    clash.extend(their_keys & set(keys))
+                    break
+            if not handles:
+                del _unnamed_by_thread[thread]
+    if clash:
+        op_type = next(iter(clash))[0]
+        raise ValueError(
+            f"an unnamed {OP_TYPE_NAMES.get(op_type, 'collective')} was called while another thread's "
+            f"unnamed {OP_TYPE_NAMES.get(op_type, 'collective')} is still running: ranks pair unnamed calls "
+            f"by their order, which differs between ranks when several threads make them; give each "
+            f"thread's collectives their own name= (the same on every rank)")
+
+
+def _auto_name(engine, op_type: int, process_set: int) -> str:
+    where = f".ps{process_set}" if process_set else ""
+    prefix = f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname."
+    floor = engine.auto_name_floor(prefix)
+    with _lock:
+        n = max(_auto_names.get((op_type, process_set), 0), floor) + 1
+        _auto_names[(op_type, process_set)] = n
+    return f"{prefix}{n}"
+
+
+def _return_number(key: Tuple[int, int], name: str) -> None:
+    """A numbered call the engine refused gives its number back (the other ranks never saw it)."""
+    n = int(name.rsplit(".", 1)[1])
+    with _lock:
+        if _auto_names.get(key) == n:
+            _auto_names[key] = n - 1
 
 
 def _entry(handle: int) -> _Entry:
@@ -254,6 +315,8 @@ def synchronize(handle: int):
     finally:
         with _lock:
             _handles.pop(handle, None)
+            for handles in _unnamed_by_thread.values():
+                handles.pop(handle, None)
     if error is not None:
         raise translate(error) from error
     return entry.finalize(results)
@@ -266,6 +329,7 @@ def _drop_all():
         _orphans.clear()
         _auto_names.clear()  # every rank restarts its counters with the next engine
         _sync_names_busy.clear()
+        _unnamed_by_thread.clear()
 
 
 basics.on_shutdown(_drop_all)

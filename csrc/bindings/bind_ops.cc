@@ -172,6 +172,7 @@ void register_ops(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("process_set_ranks", &Engine::process_set_ranks, py::arg("id"))
       .def("process_set_ids", &Engine::process_set_ids)
+      .def("auto_name_floor", &Engine::auto_name_floor, py::arg("prefix"))
       .def("start_timeline", &Engine::start_timeline, py::arg("path"), py::arg("mark_cycles") = false)
       .def("stop_timeline", &Engine::stop_timeline)
       .def("shutdown", &Engine::shutdown, py::call_guard<py::gil_scoped_release>())

@@ -64,6 +64,7 @@ Engine::~Engine() { shutdown(); }
 
 Handle Engine::enqueue(Request request, double timeout_s) { return impl_->core->enqueue(std::move(request), timeout_s); }
 bool Engine::poll(Handle handle) { return impl_->core->poll(handle); }
+int64_t Engine::auto_name_floor(const std::string& prefix) const { return impl_->core->auto_name_floor(prefix); }
 Result Engine::wait(Handle handle) { return impl_->core->wait(handle); }
 Result Engine::run_sync(Request request, double timeout_s) { return impl_->core->run_sync(std::move(request), timeout_s); }
 int Engine::add_process_set(const std::vector<int>& ranks) { return impl_->core->add_process_set(ranks); }

@@ -60,6 +60,10 @@ class Engine {
   // Stops the thread after the ranks agree (or after a timeout); pending handles fail with SHUTDOWN.
   void shutdown();
 
+  // The highest number n of an automatic name "<prefix>n" that another rank made and this rank never
+  // submitted, learnt from that request's failure (0: none); see engine/auto_name.h.
+  int64_t auto_name_floor(const std::string& prefix) const;
+
   int rank() const;
   int size() const;
 

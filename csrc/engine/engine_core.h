@@ -63,6 +63,7 @@ class EngineCore {
   // Returns true when the background thread has exited (false: it is stuck past the bound; the caller
   // must then leak this object rather than destroy it).
   bool shutdown();
+  int64_t auto_name_floor(const std::string& prefix) const;  // see Engine::auto_name_floor
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Set once, before the first enqueue. Without it, CUDA requests are refused at enqueue.
@@ -92,6 +93,7 @@ class EngineCore {
   void fail(const OpPtr& op, ErrorKind kind, const std::string& message);
   void stop_all(ErrorKind kind, const std::string& reason);
   OpPtr find_pending(const Desc& d);
+  void note_foreign_failure(const std::string& name);  // an error for a request this rank never made
 
   Transport& transport_;
   EngineOptions options_;
@@ -109,6 +111,7 @@ class EngineCore {
   Handle next_handle_ = 1;
   int64_t next_seq_ = 1;
   std::array<int64_t, 8> next_auto_name_{};  // per OpType
+  std::unordered_map<std::string, int64_t> auto_name_floor_;  // by prefix: see engine/auto_name.h
   int64_t next_set_change_ = 0;
   bool join_in_flight_ = false;
   bool stop_requested_ = false;

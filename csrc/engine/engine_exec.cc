@@ -1,9 +1,11 @@
 // EngineCore, executing an agreed ResponseList on this rank: errors, inline results, units (through the
 // Executor), process-set changes, cache updates, and completing or failing requests.
+#include <algorithm>
 #include <sstream>
 
 #include "common/logging.h"
 #include "common/sum_of_squares.h"
+#include "engine/auto_name.h"
 #include "engine/engine_core.h"
 #include "engine/inline_reduce.h"
 
@@ -40,6 +42,21 @@ EngineCore::OpPtr EngineCore::find_pending(const Desc& d) {
   return it == pending_.end() ? nullptr : it->second;
 }
 
+void EngineCore::note_foreign_failure(const std::string& name) {
+  std::string prefix;
+  int64_t n = 0;
+  if (!split_auto_name(name, prefix, n)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t& floor = auto_name_floor_[prefix];
+  floor = std::max(floor, n);
+}
+
+int64_t EngineCore::auto_name_floor(const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = auto_name_floor_.find(prefix);
+  return it == auto_name_floor_.end() ? 0 : it->second;
+}
+
 void EngineCore::execute() {
   Clock::time_point now = Clock::now();
   bool tl = rank_ == 0 && timeline_.active();
@@ -53,6 +70,8 @@ void EngineCore::execute() {
         if (OpPtr op = find_pending(item.desc)) {
           pending_.erase(op->desc.key());
           fail(op, item.error_kind, "rank " + std::to_string(rank_) + ": " + op->label() + " failed: " + item.message);
+        } else {
+          note_foreign_failure(item.desc.name);
         }
         ++i;
         continue;

@@ -253,7 +253,7 @@ void Coordinator::take_expiries(const std::vector<RankMessage>& msgs, Clock::tim
     if (missing.empty()) {
       msg << "every rank had submitted it, but it did not run before the deadline";
     } else {
-      msg << "ranks " << ranks_str(missing) << " never submitted it";
+      msg << "ranks " << ranks_str(missing) << " never submitted it" << explain_missing(x.key, missing, msgs);
     }
     add_error(out, x.key, x.kind, ErrorKind::TIMEOUT, msg.str());
     if (it != table_.end()) table_.erase(it);

@@ -59,6 +59,10 @@ class Coordinator {
   void add_error(ResponseList& out, const Key& key, uint8_t kind, ErrorKind err, const std::string& msg);
   std::vector<int> joined_missing_members(const std::vector<int>& members) const;
   bool expiring(const Key& key) const;
+  // negotiation_explain.cc: the names `rank` has pending, and the timeout text's explanation.
+  std::vector<std::string> pending_names(int rank, const std::vector<RankMessage>& msgs) const;
+  std::string explain_missing(const Key& key, const std::vector<int>& missing,
+                              const std::vector<RankMessage>& msgs) const;
 
   int world_;
   ProcessSetRegistry& sets_;

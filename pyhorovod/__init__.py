@@ -28,18 +28,19 @@ __version__ = "0.1.0"
 
 def init(comm=None, process_sets=None) -> None:
     """Joins the job (rank discovery: README "Environment variables"). Calling it again is harmless;
-    after shutdown() it starts afresh. process_sets: ProcessSet objects (or rank lists) registered
-    statically with ids 1, 2, ... (the same list on every rank), or "dynamic" to allow add_process_set()
-    (like HOROVOD_DYNAMIC_PROCESS_SETS=1). comm= (an MPI communicator) is not supported."""
-    if comm is not None:
-        raise ValueError("pyhorovod.init(comm=...) is not supported; launch the ranks you want instead")
+    after shutdown() it starts afresh. comm: the launched ranks that form the job, as a list (ranks of
+    the launched job; rank = position in the list) or an mpi4py communicator (its own ranks), as with
+    Horovod (pyhorovod/_comm.py); call it on the members only. process_sets: ProcessSet objects (or rank
+    lists) registered statically with ids 1, 2, ... (the same list on every rank), or "dynamic" to allow
+    add_process_set() (like HOROVOD_DYNAMIC_PROCESS_SETS=1)."""
     if basics.is_initialized():
         return
     dynamic = isinstance(process_sets, str)
     if dynamic and process_sets != "dynamic":
         raise ValueError(f"process_sets={process_sets!r}: pass a list of ProcessSet or 'dynamic'")
     static = [] if dynamic else _process_sets.as_process_sets(process_sets)
-    basics.init(process_sets=static, dynamic_process_sets=dynamic)
+    static = _process_sets._bind_to_job(static, comm, basics.launched_size())
+    basics.init(process_sets=static, dynamic_process_sets=dynamic, comm=comm)
     _process_sets._on_init(static)
 
 

@@ -120,8 +120,15 @@ def _no_store_error(source: str, extra: str = "") -> ValueError:
         "or with torchrun (MASTER_ADDR and MASTER_PORT).")
 
 
-def locate(info, config, env: Mapping[str, str]) -> Rendezvous:
-    """Finds or creates the store for this job (collective under mpi4py and torchrun at rank 0)."""
+def has_store(env: Mapping[str, str]) -> bool:
+    """Does the environment name a running store (case 1)?"""
+    return first(env, ["PYHOROVOD_STORE_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"]) is not None
+
+
+def locate(info, config, env: Mapping[str, str], mpi_comm=None, port_offset: int = 0) -> Rendezvous:
+    """Finds or creates the store for this job (collective under mpi4py and torchrun at rank 0).
+    mpi_comm: the communicator of a job of some of the launched ranks (init(comm=...)); port_offset:
+    such a job's torchrun store port lies this far above the default."""
     from pyhorovod import _core
 
     addr = first(env, ["PYHOROVOD_STORE_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"])
@@ -150,7 +157,7 @@ def locate(info, config, env: Mapping[str, str]) -> Rendezvous:
         if master is None or master_port is None:
             raise _no_store_error("torchrun (RANK, WORLD_SIZE)", " and MASTER_ADDR/MASTER_PORT are not set")
         host = resolve_ipv4(master, "MASTER_ADDR")
-        store_port = port if port is not None else master_port + 1
+        store_port = (port if port is not None else master_port + 1) + port_offset
         if secret is None:
             job = f"pyhorovod-torchrun:{master}:{master_port}:{get_str(env, 'TORCHELASTIC_RUN_ID') or ''}"
             secret = hashlib.sha256(job.encode()).hexdigest().encode()
@@ -160,19 +167,19 @@ def locate(info, config, env: Mapping[str, str]) -> Rendezvous:
         return Rendezvous(host, store_port, secret, "torchrun", server)
 
     if info.source in ("openmpi", "pmi"):
-        return _share_via_mpi(info, config, port)
+        return _share_via_mpi(info, config, port, mpi_comm)
 
     raise _no_store_error(info.source)
 
 
-def _share_via_mpi(info, config, port: Optional[int]) -> Rendezvous:
+def _share_via_mpi(info, config, port: Optional[int], comm=None) -> Rendezvous:
     from pyhorovod import _core
 
     try:
         from mpi4py import MPI
     except ImportError:
         raise _no_store_error(info.source, " and mpi4py is not importable to share rank 0's address") from None
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     if comm.Get_size() != info.size or comm.Get_rank() != info.rank:
         raise ValueError(f"mpi4py sees rank {comm.Get_rank()} of {comm.Get_size()} but the environment says "
                          f"{info.rank} of {info.size} ({info.source}); is mpi4py built for this MPI?")

@@ -10,9 +10,9 @@ import atexit
 import logging
 import os
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
-from pyhorovod import _bootstrap, _rendezvous
+from pyhorovod import _bootstrap, _comm, _rendezvous
 from pyhorovod._config import Config
 from pyhorovod.errors import translated
 
@@ -25,8 +25,11 @@ class _State:
         self.engine = None
         self.info: Optional[_bootstrap.RankInfo] = None
         self.config: Optional[Config] = None
-        self.rendezvous: Optional[_rendezvous.Rendezvous] = None
-        self.generation = 0
+        # By job tag (pyhorovod/_comm.py: "" for the whole launched job): a rendezvous lives for the whole
+        # process, and each job counts its own generations.
+        self.rendezvous: Dict[str, _rendezvous.Rendezvous] = {}
+        self.generation: Dict[str, int] = {}
+        self.comm = None  # init(comm=...)'s argument: the launched ranks (or communicator) of this job
         self.atexit_registered = False
         self.shutdown_hooks: List[Callable[[], None]] = []
         self.init_hooks: List[Callable[[], None]] = []
@@ -37,12 +40,13 @@ _state = _State()
 NOT_INITIALIZED = "pyhorovod has not been initialized; use pyhorovod.init()."
 
 
-def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
+def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> None:
     """Joins the job: discovers rank and size, meets the other ranks at the store, starts the engine.
 
     process_sets: a list of rank lists (or objects with .ranks) registered as static process sets with ids
     1, 2, ... in that order, the same on every rank. dynamic_process_sets: allow add_process_set() (as
-    HOROVOD_DYNAMIC_PROCESS_SETS=1). env: a mapping that replaces os.environ (tests).
+    HOROVOD_DYNAMIC_PROCESS_SETS=1). comm: the launched ranks (a list, or an mpi4py communicator) that
+    form the job (pyhorovod/_comm.py). env: a mapping that replaces os.environ (tests).
     """
     with _state.lock:
         if _state.engine is not None:
@@ -51,17 +55,25 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
         config = Config.from_env(env)
         config.dynamic_process_sets = config.dynamic_process_sets or dynamic_process_sets
         info = _bootstrap.discover(env)
-        if _state.rendezvous is None:
+        members = None if comm is None else _comm.members_of(comm, info.size)
+        job = _comm.tag(members)
+        if members is not None:
+            info = _comm.restrict(info, members)
+        rdv = _state.rendezvous.get(job)
+        if rdv is None:
+            mpi_comm = None
+            if members is not None and info.source in ("openmpi", "pmi") and not _rendezvous.has_store(env):
+                mpi_comm = _comm.mpi_comm_for(comm, members)
             with translated():
-                _state.rendezvous = _rendezvous.locate(info, config, env)
-        rdv = _state.rendezvous
-        gen = _state.generation
-        _state.generation += 1
+                rdv = _state.rendezvous[job] = _rendezvous.locate(
+                    info, config, env, mpi_comm=mpi_comm, port_offset=0 if members is None else members[0])
+        gen = _state.generation.get(job, 0)
+        _state.generation[job] = gen + 1
         with translated():
             if not (info.is_complete() and info.homogeneous is not None):
                 from pyhorovod import _core
                 store = _core.TcpStore(rdv.host, rdv.port, rdv.secret, config.connect_timeout_s)
-                info = _bootstrap.exchange_topology(info, store, f"pyhvd/g{gen}/topology",
+                info = _bootstrap.exchange_topology(info, store, f"pyhvd/{job}g{gen}/topology",
                                                     _bootstrap.hostname(config.hostname),
                                                     config.connect_timeout_s)
             bind = _rendezvous.bind_address(info.local_size, info.size, config.iface, rdv.host, rdv.port)
@@ -69,11 +81,11 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
             opts = config.engine_options(
                 rank=info.rank, size=info.size, local_rank=info.local_rank, local_size=info.local_size,
                 cross_rank=info.cross_rank, cross_size=info.cross_size, store_host=rdv.host,
-                store_port=rdv.port, secret=rdv.secret, bind_host=bind, store_prefix=f"phv/g{gen}",
+                store_port=rdv.port, secret=rdv.secret, bind_host=bind, store_prefix=f"phv/{job}g{gen}",
                 process_sets=sets)
             from pyhorovod import _core
             engine = _core.Engine(opts)
-        _state.engine, _state.info, _state.config = engine, info, config
+        _state.engine, _state.info, _state.config, _state.comm = engine, info, config, comm
         if not _state.atexit_registered:
             atexit.register(_atexit_shutdown)
             _state.atexit_registered = True
@@ -105,8 +117,8 @@ def _atexit_shutdown():
         shutdown()
     except Exception as e:  # noqa: BLE001 -- at exit there is nobody left to raise to
         log.warning("pyhorovod: shutdown at exit failed: %s", e)
-    if _state.rendezvous is not None:
-        _state.rendezvous.close()
+    for rdv in _state.rendezvous.values():
+        rdv.close()
 
 
 def on_shutdown(hook: Callable[[], None]) -> None:
@@ -115,6 +127,16 @@ def on_shutdown(hook: Callable[[], None]) -> None:
 
 def on_init(hook: Callable[[], None]) -> None:
     _state.init_hooks.append(hook)
+
+
+def launched_size(env=None) -> int:
+    """The number of launched processes (before init(comm=...) picks some of them)."""
+    return _bootstrap.discover(os.environ if env is None else env).size
+
+
+def init_comm():
+    """init()'s comm= argument (None: the whole launched job)."""
+    return _state.comm
 
 
 def is_initialized() -> bool:

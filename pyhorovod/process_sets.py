@@ -7,14 +7,19 @@ Ranks inside a set (broadcast's root_rank, ps.rank()) count from 0 in ascending 
 """
 from typing import List, Optional, Sequence
 
-from pyhorovod import basics
+from pyhorovod import _comm, basics
 from pyhorovod.errors import translated
 
 
 class ProcessSet:
     def __init__(self, ranks: Sequence[int]):
-        if hasattr(ranks, "Get_size"):
-            raise ValueError("ProcessSet from an MPI communicator is not supported; pass a list of ranks")
+        """ranks: the job's ranks of the set, or an mpi4py communicator (its members, mapped through the
+        communicator the job was made of: MPI_COMM_WORLD, or init(comm=...)'s)."""
+        self._comm = None
+        if _comm.is_mpi_comm(ranks):
+            self._comm = ranks
+            ranks = _comm.job_ranks(ranks, basics.init_comm()) if basics.is_initialized() else \
+                _comm.world_ranks_of(ranks)
         ranks = [int(r) for r in ranks]
         if len(set(ranks)) != len(ranks) or any(r < 0 for r in ranks):
             raise ValueError(f"ProcessSet ranks must be distinct non-negative integers, got {ranks}")
@@ -51,6 +56,20 @@ _registered: List[ProcessSet] = []
 def _on_engine_start():
     global_process_set.ranks = list(range(basics.size()))
     global_process_set.process_set_id = 0
+
+
+def _bind_to_job(static_sets: Sequence[ProcessSet], init_comm, world_size: int) -> List[ProcessSet]:
+    """Before init(comm=init_comm) registers them: sets made from a communicator get the job's ranks,
+    and since each rank may hold only its own communicators' sets, the ranks merge their lists (every
+    rank must register the same sets). Returns the list to register; the caller's objects are in it."""
+    if all(ps._comm is None for ps in static_sets):
+        return list(static_sets)
+    for ps in static_sets:
+        if ps._comm is not None:
+            ps.ranks = sorted(_comm.job_ranks(ps._comm, init_comm))
+    merged = _comm.union_of_sets([ps.ranks for ps in static_sets], init_comm, world_size)
+    mine = {tuple(ps.ranks): ps for ps in reversed(static_sets)}
+    return [mine.get(tuple(ranks)) or ProcessSet(ranks) for ranks in merged]
 
 
 def _on_init(static_sets: Sequence[ProcessSet]):

@@ -3,7 +3,6 @@ sequences of accepted calls are equal, meet again after one rank ran ahead, rest
 and refuse unnamed calls from several threads at once instead of letting them time out.
 
 Every body returns what each rank observed; the tests check exact values on every rank."""
-import threading  # noqa: F401 -- used inside the bodies (imported there too, for the child processes)
 
 import numpy as np
 import pytest

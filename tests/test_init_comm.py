@@ -1,21 +1,12 @@
 """init(comm=...) and ProcessSet(comm), as Horovod has them: a job made of some of the launched
 processes (a list of launched ranks, or an mpi4py communicator), independent jobs side by side, and
 process sets given as MPI communicators. Under our launcher's store and under a bare mpirun (mpi4py)."""
-import importlib.util
-import json
 import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
-import pytest
 
-from mp import ROOT, clean_env, run_ranks
-
-MPIRUN = shutil.which("mpirun")
-needs_mpi = [pytest.mark.skipif(MPIRUN is None, reason="mpirun (Open MPI) is not installed"),
-             pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed")]
+from mp import run_ranks
+from mpirun_util import needs_mpi, print_result, run_under_mpirun
 
 
 def two_jobs():
@@ -92,30 +83,14 @@ def mpi_body():
     out["ids"] = sorted(hvd.basics.engine().process_set_ids())
     out["world"] = hvd.allreduce(np.array([me]), op=hvd.Sum).tolist()
     hvd.shutdown()
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    print_result(out)
 
 
-@needs_mpi[0]
-@needs_mpi[1]
+@needs_mpi
 def test_mpi_communicators_under_mpirun():
-    env = clean_env({"PYHOROVOD_TIMEOUT_SECONDS": "40", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "40",
-                     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-                     "OMPI_MCA_rmaps_base_oversubscribe": "1"})
-    child = ("import sys; sys.path[:0] = [%r, %r]; import test_init_comm; test_init_comm.mpi_body()"
-             % (os.path.join(ROOT, "tests"), ROOT))
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable, "-c", child]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
-        pytest.fail(f"mpirun timed out:\n{out}\n{err}")
-    assert proc.returncode == 0, f"mpirun exit {proc.returncode}:\n{out}\n{err}"
-    rows = {r["me"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
-    assert sorted(rows) == [0, 1, 2, 3], out
+    lines = run_under_mpirun("test_init_comm", "mpi_body", 4, timeout=150)
+    rows = {r["me"]: r for r in lines}
+    assert sorted(rows) == [0, 1, 2, 3], lines
     for me, r in rows.items():
         members = [3, 1] if me % 2 else [2, 0]
         assert r["rank"] == [members.index(me)] * 2 and r["size"] == 2, r

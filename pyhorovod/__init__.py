@@ -19,11 +19,11 @@ from pyhorovod._numpy_ops import (
 from pyhorovod.basics import (
     cross_rank, cross_size, is_homogeneous, is_initialized, local_rank, local_size, rank, rank_source,
     shutdown, size)
+from pyhorovod._version import __version__
 from pyhorovod.errors import HorovodInternalError, HorovodTimeoutError
 from pyhorovod.errors import translated as _translated
 from pyhorovod.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
-__version__ = "0.1.0"
 
 
 def init(comm=None, process_sets=None) -> None:

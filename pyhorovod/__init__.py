@@ -66,6 +66,15 @@ def stop_timeline() -> None:
         basics.engine().stop_timeline()
 
 
+def __getattr__(name):
+    # pyhorovod.run is a module that is also Horovod's run(func, ...) (see pyhorovod/run.py); importing it
+    # on first use, not here, keeps `python -m pyhorovod.run` from finding it imported already.
+    if name == "run":
+        import importlib
+        return importlib.import_module("pyhorovod.run")
+    raise AttributeError(f"module 'pyhorovod' has no attribute {name!r}")
+
+
 def build_info() -> dict:
     """What was compiled: {"version", "compiler", "cxx_flags", "nccl", "cuda", "shm"}."""
     return dict(_core.build_info())
@@ -127,5 +136,5 @@ __all__ = [
     "add_process_set", "remove_process_set", "start_timeline", "stop_timeline", "build_info",
     "Sum", "Average", "Min", "Max", "Product", "Adasum", "HorovodInternalError", "HorovodTimeoutError",
     "tcp_built", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
-    "nccl_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
+    "nccl_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built", "run",
 ]

@@ -91,8 +91,12 @@ class Config:
     log_level: int = LOG_LEVELS["warning"]    # HOROVOD_LOG_LEVEL
     dynamic_process_sets: bool = False        # HOROVOD_DYNAMIC_PROCESS_SETS
     iface: Optional[str] = None               # PYHOROVOD_IFACE, else HOROVOD_GLOO_IFACE
-    timeout_s: float = 300.0                  # PYHOROVOD_TIMEOUT_SECONDS: default collective deadline
-    connect_timeout_s: float = 60.0           # PYHOROVOD_CONNECT_TIMEOUT_SECONDS: bootstrap deadline
+    # PYHOROVOD_TIMEOUT_SECONDS: default collective deadline. Long (torch.distributed's 30 minutes), since
+    # ranks legitimately wait in a collective while rank 0 evaluates or checkpoints; a dead peer is
+    # detected at once by its closed connection, not by this deadline.
+    timeout_s: float = 1800.0
+    # PYHOROVOD_CONNECT_TIMEOUT_SECONDS, else HOROVOD_GLOO_TIMEOUT_SECONDS: bootstrap deadline
+    connect_timeout_s: float = 60.0
     segment_bytes: int = 0                    # PYHOROVOD_SEGMENT_BYTES (0: from the alpha-beta model)
     small_threshold_bytes: int = 0            # PYHOROVOD_SMALL_THRESHOLD_BYTES (0: from the model)
     shm_enable: bool = True                   # PYHOROVOD_SHM
@@ -145,7 +149,8 @@ class Config:
         v = get_float(env, "PYHOROVOD_TIMEOUT_SECONDS", minimum=0.001)
         if v is not None:
             c.timeout_s = v
-        v = get_float(env, "PYHOROVOD_CONNECT_TIMEOUT_SECONDS", minimum=0.001)
+        v = first(env, ["PYHOROVOD_CONNECT_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"], get_float,
+                  minimum=0.001)
         if v is not None:
             c.connect_timeout_s = v
         v = get_int(env, "PYHOROVOD_SEGMENT_BYTES", minimum=0)

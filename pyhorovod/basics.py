@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Callable, Dict, List, Optional
 
-from pyhorovod import _bootstrap, _comm, _rendezvous
+from pyhorovod import _bootstrap, _comm, _inert_env, _rendezvous
 from pyhorovod._config import Config
 from pyhorovod.errors import translated
 
@@ -92,6 +92,7 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
         log.debug("pyhorovod: initialized rank %d/%d (local %d/%d, cross %d/%d) via %s, store %s:%d (%s)",
                   info.rank, info.size, info.local_rank, info.local_size, info.cross_rank, info.cross_size,
                   info.source, rdv.host, rdv.port, rdv.how)
+        _inert_env.report_once(env, info.rank)
         for hook in list(_state.init_hooks):
             hook()
 

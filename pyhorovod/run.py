@@ -1,7 +1,24 @@
-"""`python -m pyhorovod.run -np 2 python train.py`: the launcher, as `pyhorovod run` / `horovodrun`."""
+"""`pyhorovod.run` is two things, as in Horovod:
+  * the launcher module: `python -m pyhorovod.run -np 2 python train.py` (as `pyhorovod run`, `horovodrun`);
+  * a function: `pyhorovod.run(func, args=(), kwargs=None, np=2, ...)` runs func on every rank and returns
+    their results (pyhorovod/runner/function.py).
+Both hold because, once imported, this module's class is a ModuleType whose call is that function."""
+import inspect
 import sys
+import types
 
-from pyhorovod.runner.cli import run_command
+from pyhorovod.runner.function import run as _run_function
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return _run_function(*args, **kwargs)
+
 
 if __name__ == "__main__":
+    from pyhorovod.runner.cli import run_command
+
     sys.exit(run_command(sys.argv[1:], prog="python -m pyhorovod.run"))
+else:
+    __signature__ = inspect.signature(_run_function)
+    sys.modules[__name__].__class__ = _CallableModule

@@ -14,7 +14,7 @@ def test_defaults_match_engine_defaults():
     assert c.log_level == LOG_LEVELS["warning"] == 3
     assert c.dynamic_process_sets is False
     assert c.iface is None and c.hostname is None
-    assert c.timeout_s == 300.0 and c.connect_timeout_s == 60.0
+    assert c.timeout_s == 1800.0 and c.connect_timeout_s == 60.0
     assert c.segment_bytes == 0 and c.small_threshold_bytes == 0 and c.shm_enable is True
     assert (c.shm_spin_us, c.shm_spin_yield) == (-1, -1)
 

@@ -27,7 +27,7 @@ struct EngineOptions {
   bool stall_check_disable = false;            // HOROVOD_STALL_CHECK_DISABLE
   std::string timeline_path;                   // HOROVOD_TIMELINE ("" off)
   bool timeline_mark_cycles = false;           // HOROVOD_TIMELINE_MARK_CYCLES
-  double timeout_s = 300;                      // PYHOROVOD_TIMEOUT_SECONDS: default per-collective deadline
+  double timeout_s = 1800;                     // PYHOROVOD_TIMEOUT_SECONDS: default per-collective deadline
   bool dynamic_process_sets = false;           // HOROVOD_DYNAMIC_PROCESS_SETS
   std::vector<std::vector<int>> process_sets;  // static process sets registered at init (ids 1, 2, ...)
   LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL

@@ -8,24 +8,26 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from . import config_file, horovod_flags, output, remote
 from . import hosts as hostlib
-from . import output, remote
 from .launch import LaunchOptions, run_job
 
 DEFAULT_START_TIMEOUT = 30.0
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
 
 
 def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
+    # allow_abbrev=False: only whole flag names. An abbreviation valid for horovodrun may be ambiguous
+    # among pyhorovod's flags (or mean another flag), and a new flag would break abbreviations that worked.
     p = argparse.ArgumentParser(
-        prog=prog, description="Start a pyhorovod (Horovod-style) job: np ranks of COMMAND.",
+        prog=prog, allow_abbrev=False, description="Start a pyhorovod (Horovod-style) job: np ranks of COMMAND.",
         epilog="example: pyhorovod run -np 4 -H host1:2,host2:2 python train.py")
+    p.add_argument("-v", "--version", action="store_true", help="print pyhorovod's version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, help="number of ranks (default: all slots)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", help="host1:slots,host2:slots (default localhost:np)")
-    where.add_argument("--hostfile", help="file with one 'hostname slots=N' per line")
+    where.add_argument("-hostfile", "--hostfile", dest="hostfile", help="file with one 'hostname slots=N' per line")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
                    default=os.environ.get("PYHOROVOD_IFACE") or os.environ.get("HOROVOD_GLOO_IFACE"),
                    help="comma-separated interfaces to use between hosts; the store and every rank bind "
@@ -35,10 +37,15 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
                         "HOROVOD_START_TIMEOUT). Unset: 30 s after the first rank reached it")
     p.add_argument("--output-filename", help="directory: each rank's output also goes to DIR/rank.N/{stdout,stderr}")
     p.add_argument("--verbose", action="store_true", help="print what the launcher does")
-    p.add_argument("--check-build", action="store_true", help="print what pyhorovod was built with and exit")
+    p.add_argument("-cb", "--check-build", action="store_true", help="print what pyhorovod was built with and exit")
+    p.add_argument("--config-file", help="Horovod's YAML file of launcher settings (flags given here win)")
     p.add_argument("--max-restarts", type=int, default=0,
                    help="restart the whole job up to N times after a failure (exports PYHOROVOD_RESTART_COUNT)")
-    p.add_argument("--mpi", action="store_true", help="start the ranks with Open MPI's mpirun")
+    controller = p.add_mutually_exclusive_group()
+    controller.add_argument("--gloo", action="store_true",
+                            help="pyhorovod's own launcher and TCP controller (the default; there is no Gloo)")
+    controller.add_argument("--mpi", action="store_true", help="start the ranks with Open MPI's mpirun")
+    controller.add_argument("--jsrun", action="store_true", help="not supported (IBM jsrun)")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpirun (with --mpi)")
     p.add_argument("--secret-file", action="store_true",
                    help="hand the job secret to local ranks in a 0600 file instead of the environment")
@@ -47,53 +54,14 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
     ssh.add_argument("-i", "--ssh-identity-file", help="ssh identity (private key) file")
     ssh.add_argument("--rsh-agent", default=os.environ.get("PYHOROVOD_RSH_AGENT"),
                      help="command used instead of ssh, called as AGENT HOST COMMAND (env PYHOROVOD_RSH_AGENT)")
-    t = p.add_argument_group("tuning (Horovod's flags and environment variables)")
-    t.add_argument("--fusion-threshold-mb", type=float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
-    t.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME")
-    t.add_argument("--cache-capacity", type=int, help="HOROVOD_CACHE_CAPACITY (responses cached)")
-    t.add_argument("--disable-cache", action="store_true", help="HOROVOD_CACHE_CAPACITY=0")
-    t.add_argument("--timeline-filename", help="HOROVOD_TIMELINE: Chrome-trace timeline written by rank 0")
-    t.add_argument("--timeline-mark-cycles", action="store_true", help="HOROVOD_TIMELINE_MARK_CYCLES=1")
-    t.add_argument("--no-stall-check", "--disable-stall-check", dest="no_stall_check", action="store_true",
-                   help="HOROVOD_STALL_CHECK_DISABLE=1")
-    t.add_argument("--stall-check-warning-time-seconds", type=float, help="HOROVOD_STALL_CHECK_TIME_SECONDS")
-    t.add_argument("--stall-check-shutdown-time-seconds", type=float, help="HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
-    t.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper, help="HOROVOD_LOG_LEVEL")
+    horovod_flags.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs, with its arguments")
     return p
 
 
 def knob_env(args: argparse.Namespace) -> Dict[str, str]:
-    """Tuning flags -> environment variables for every rank (only flags the user gave)."""
-    env: Dict[str, str] = {}
-
-    def pos(name: str, value, minimum=0.0):
-        if value is not None and value < minimum:
-            raise ValueError(f"--{name} must be >= {minimum}, got {value}")
-
-    pos("fusion-threshold-mb", args.fusion_threshold_mb)
-    pos("cycle-time-ms", args.cycle_time_ms)
-    pos("cache-capacity", args.cache_capacity)
-    if args.fusion_threshold_mb is not None:
-        env["HOROVOD_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
-    if args.cycle_time_ms is not None:
-        env["HOROVOD_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
-    if args.cache_capacity is not None:
-        env["HOROVOD_CACHE_CAPACITY"] = str(args.cache_capacity)
-    if args.disable_cache:
-        env["HOROVOD_CACHE_CAPACITY"] = "0"
-    if args.timeline_filename:
-        env["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
-    if args.timeline_mark_cycles:
-        env["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
-    if args.no_stall_check:
-        env["HOROVOD_STALL_CHECK_DISABLE"] = "1"
-    if args.stall_check_warning_time_seconds is not None:
-        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = f"{args.stall_check_warning_time_seconds:g}"
-    if args.stall_check_shutdown_time_seconds is not None:
-        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = f"{args.stall_check_shutdown_time_seconds:g}"
-    if args.log_level:
-        env["HOROVOD_LOG_LEVEL"] = args.log_level
+    """Flags -> environment variables for every rank (only flags the user gave)."""
+    env = horovod_flags.knob_env(args)
     if args.network_interfaces:
         env["HOROVOD_GLOO_IFACE"] = interfaces(args)[0]
         env["PYHOROVOD_IFACE"] = interfaces(args)[0]
@@ -104,6 +72,12 @@ def interfaces(args: argparse.Namespace) -> List[str]:
     return [s.strip() for s in (args.network_interfaces or "").split(",") if s.strip()]
 
 
+def print_version() -> int:
+    from pyhorovod import __version__
+    print(__version__)
+    return 0
+
+
 def check_build() -> int:
     try:
         import pyhorovod
@@ -112,6 +86,9 @@ def check_build() -> int:
         print(f"pyhorovod: cannot load the extension: {type(e).__name__}: {e}")
         return 1
     import shutil
+
+    def mark(on) -> str:
+        return "X" if on else " "
     print(f"pyhorovod v{info.get('version', '?')}:")
     print("\nAvailable frameworks:")
     try:
@@ -119,16 +96,20 @@ def check_build() -> int:
         have_torch = True
     except ImportError:
         have_torch = False
-    print(f"    [{'X' if have_torch else ' '}] PyTorch")
-    print("\nAvailable controllers:")
-    print("    [X] pyhorovod (TCP store)")
-    print(f"    [{'X' if shutil.which('mpirun') else ' '}] MPI (mpirun, with --mpi)")
+    print(f"    [{mark(have_torch)}] PyTorch (pyhorovod.torch)")
+    print("    [ ] TensorFlow\n    [ ] MXNet")
+    print("\nAvailable controllers (who negotiates which tensors are ready):")
+    print("    [X] pyhorovod's own, over TCP")
+    print("    [ ] MPI (no MPI library is linked; mpirun can only start the ranks, with --mpi"
+          f"{', found' if shutil.which('mpirun') else ', not found'})")
+    print("    [ ] Gloo")
     print("\nAvailable tensor operations:")
     print("    [X] TCP ring")
-    print(f"    [{'X' if info.get('shm') else ' '}] shared memory")
+    print(f"    [{mark(info.get('shm'))}] shared memory between the ranks of a host")
     # build_info's nccl is what is linked in (gpu_backend_built()), not a compile-time wish.
-    print(f"    [{'X' if info.get('nccl') else ' '}] NCCL (CUDA tensors; "
+    print(f"    [{mark(info.get('nccl'))}] NCCL (CUDA tensors; "
           f"{'GPU backend built' if info.get('nccl') else 'not built: PYHOROVOD_WITH_NCCL=ON to require it'})")
+    print("    [ ] MPI\n    [ ] Gloo\n    [ ] CCL\n    [ ] DDL")
     print("\nBuild:")
     for key in sorted(info):
         print(f"    {key}: {info[key]}")
@@ -147,11 +128,30 @@ def _store_host(args, host_specs, local: set) -> str:
     return hostlib.route_source_address(remote_hosts[0])
 
 
-def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run") -> int:
+def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
+                extra_env: Optional[Callable[[str], Dict[str, str]]] = None) -> int:
+    """The launcher. extra_env: called with the rendezvous store's address once the flags are checked,
+    just before the ranks start; the variables it returns reach every rank (pyhorovod.run uses it)."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if args.version:
+        return print_version()
     if args.check_build:
         return check_build()
+    if args.config_file:
+        try:
+            parser.set_defaults(**config_file.load(args.config_file))
+        except ValueError as e:
+            output.emit(f"error: {e}")
+            return 2
+        args = parser.parse_args(argv)
+    if args.jsrun:
+        output.emit("error: --jsrun is not supported; use pyhorovod's own launcher (the default) or --mpi")
+        return 2
+    refused = horovod_flags.refusal(args)
+    if refused:
+        output.emit(f"error: {refused}")
+        return 2
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing the command each rank runs (e.g. python train.py)")
@@ -177,14 +177,20 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run") -> int:
         addresses = hostlib.local_addresses()
         local = {h.hostname for h in host_specs if hostlib.is_local(h.hostname, addresses)}
         knobs = knob_env(args)
+        for note in horovod_flags.inert_notes(args):
+            output.emit(note)
         bind_host = _store_host(args, [h for h in host_specs if h.hostname in {s.hostname for s in slots}], local)
+        if extra_env is not None:
+            knobs.update(extra_env(bind_host))
         if args.mpi:
             from .mpi import run_mpi
             return run_mpi(np, None if not (args.hosts or args.hostfile) else host_specs, command, bind_host,
-                           knobs, interfaces(args), args.mpi_args, args.verbose, args.output_filename)
+                           knobs, interfaces(args), args.mpi_args, args.verbose, args.output_filename,
+                           binding_args=args.binding_args, prefix_timestamp=args.prefix_timestamp)
         opts = LaunchOptions(
             command=command, slots=slots, local_hosts=sorted(local), bind_host=bind_host, env=knobs,
             start_timeout_s=start_timeout, start_timeout_strict=strict, output_dir=args.output_filename, verbose=args.verbose,
+            prefix_timestamp=args.prefix_timestamp,
             max_restarts=args.max_restarts,
             agent=remote.agent_argv(args.rsh_agent, args.ssh_port, args.ssh_identity_file),
             secret_in_file=args.secret_file,
@@ -216,8 +222,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"pyhorovod sweep is not available: {e}", file=sys.stderr)
             return 2
         return sweep_main(rest)
-    if sub == "--check-build":
+    if sub in ("--check-build", "-cb"):
         return check_build()
+    if sub in ("--version", "-v"):
+        return print_version()
     print(f"pyhorovod: unknown subcommand {sub!r}\n{usage}", file=sys.stderr)
     return 2
 

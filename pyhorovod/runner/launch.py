@@ -57,6 +57,7 @@ class LaunchOptions:
     # arrives while the others wait for it is.
     start_timeout_strict: bool = False
     output_dir: Optional[str] = None
+    prefix_timestamp: bool = False      # each output line begins with the local time
     verbose: bool = False
     max_restarts: int = 0
     agent: Sequence[str] = remote.DEFAULT_AGENT
@@ -151,8 +152,9 @@ class Attempt:
                                     preexec_fn=die_with_launcher(os.getpid()))
         output.emit(f"rank {slot.rank} on {slot.hostname} ({'remote' if is_remote else 'local'}, "
                     f"pid {proc.pid}): {argv!r}", verbose_only=True, verbose=opts.verbose)
-        pumps = [output.StreamPump(slot.rank, "stdout", proc.stdout, output.stdout_sink(), logs[0], header),
-                 output.StreamPump(slot.rank, "stderr", proc.stderr, output.stderr_sink(), logs[1], header)]
+        stamp = opts.prefix_timestamp
+        pumps = [output.StreamPump(slot.rank, "stdout", proc.stdout, output.stdout_sink(), logs[0], header, stamp),
+                 output.StreamPump(slot.rank, "stderr", proc.stderr, output.stderr_sink(), logs[1], header, stamp)]
         return RankProcess(slot, proc, is_remote, pumps, self.wake)
 
     def run(self) -> Outcome:

@@ -30,11 +30,12 @@ STOP_GRACE_S = 10.0
 def mpirun_argv(np: int, hosts: Optional[Sequence[HostSpec]], export_names: Sequence[str],
                 command: Sequence[str], network_interfaces: Sequence[str] = (),
                 extra_args: str = "", as_root: bool = False, mpirun: str = "mpirun",
-                output_dir: Optional[str] = None) -> List[str]:
+                output_dir: Optional[str] = None, binding_args: Optional[str] = None) -> List[str]:
     argv = [mpirun]
     if as_root:
         argv.append("--allow-run-as-root")
-    argv += ["-np", str(np), "--bind-to", "none", "--map-by", "slot", "--tag-output"]
+    binding = shlex.split(binding_args) if binding_args else ["--bind-to", "none", "--map-by", "slot"]
+    argv += ["-np", str(np), *binding, "--tag-output"]
     if hosts:
         argv += ["-H", ",".join(f"{h.hostname}:{h.slots}" for h in hosts)]
     else:
@@ -53,7 +54,8 @@ def mpirun_argv(np: int, hosts: Optional[Sequence[HostSpec]], export_names: Sequ
 
 def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str], bind_host: str,
             knobs: Dict[str, str], network_interfaces: Sequence[str] = (), extra_args: str = "",
-            verbose: bool = False, output_dir: Optional[str] = None) -> int:
+            verbose: bool = False, output_dir: Optional[str] = None, binding_args: Optional[str] = None,
+            prefix_timestamp: bool = False) -> int:
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise RuntimeError("--mpi needs `mpirun` (Open MPI) on PATH")
@@ -66,20 +68,21 @@ def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str]
                     "PYHOROVOD_SECRET": secret_hex})
         names = sorted(set(knobs) | {"PYHOROVOD_STORE_ADDR", "PYHOROVOD_STORE_PORT", "PYHOROVOD_SECRET"})
         argv = mpirun_argv(np, hosts, names, command, network_interfaces, extra_args,
-                           as_root=os.geteuid() == 0, mpirun=mpirun, output_dir=output_dir)
+                           as_root=os.geteuid() == 0, mpirun=mpirun, output_dir=output_dir,
+                           binding_args=binding_args)
         if verbose:
             print(f"[pyhorovod] {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-        return _run_mpirun(argv, env)
+        return _run_mpirun(argv, env, prefix_timestamp)
     finally:
         store.close()
 
 
-def _run_mpirun(argv: List[str], env: Dict[str, str]) -> int:
+def _run_mpirun(argv: List[str], env: Dict[str, str], prefix_timestamp: bool = False) -> int:
     """Runs mpirun with its output relayed line by line; SIGTERM to the launcher is passed on to mpirun
     (which passes it to the ranks); Ctrl-C reaches mpirun from the terminal by itself."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink()),
-             output.pump_mpi_stream(proc.stderr, output.stderr_sink())]
+    pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink(), prefix_timestamp),
+             output.pump_mpi_stream(proc.stderr, output.stderr_sink(), prefix_timestamp)]
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))

@@ -20,16 +20,22 @@ def rank_log_dir(output_dir: str, rank: int) -> str:
     return os.path.join(output_dir, f"rank.{rank}")
 
 
+def line_prefix(rank: int, stream: str, timestamp: bool = False) -> bytes:
+    """`[rank]<stream>:`, after the local time (as time.asctime() writes it) when timestamp is set."""
+    stamp = time.asctime() if timestamp else ""
+    return f"{stamp}[{rank}]<{stream}>:".encode()
+
+
 class StreamPump:
     """Copies one pipe (a rank's stdout or stderr) line by line on a background thread."""
 
     def __init__(self, rank: int, name: str, pipe: BinaryIO, sink: BinaryIO,
-                 log_path: Optional[str] = None, log_header: Optional[str] = None):
+                 log_path: Optional[str] = None, log_header: Optional[str] = None, timestamp: bool = False):
         self.rank = rank
         self.name = name
         self._pipe = pipe
         self._sink = sink
-        self._prefix = f"[{rank}]<{name}>:".encode()
+        self._timestamp = timestamp
         self.tail: Deque[bytes] = collections.deque(maxlen=TAIL_LINES)
         self.first_traceback: Optional[float] = None  # monotonic time of the first Python traceback line
         self._log: Optional[BinaryIO] = None
@@ -52,7 +58,7 @@ class StreamPump:
                     self.first_traceback = time.monotonic()
                 with _write_lock:
                     try:
-                        self._sink.write(self._prefix + line)
+                        self._sink.write(line_prefix(self.rank, self.name, self._timestamp) + line)
                         self._sink.flush()
                     except (OSError, ValueError):
                         pass  # our own stdout is gone (closed pipe): keep draining the rank
@@ -92,8 +98,9 @@ class MpiTaggedDemux:
     start with a tag (mpirun's own messages) is passed through as it is. A rank line that itself
     contains a tag-shaped string is cut there: the format leaves no way to tell the two apart."""
 
-    def __init__(self, sink: BinaryIO):
+    def __init__(self, sink: BinaryIO, timestamp: bool = False):
         self._sink = sink
+        self._timestamp = timestamp
         self._buf = b""
         self._partial: Dict[Tuple[int, bytes], bytes] = {}   # (rank, stream) -> its unfinished line
 
@@ -138,7 +145,7 @@ class MpiTaggedDemux:
         self._buf = buf[pos:]
 
     def _line(self, rank: int, stream: bytes, line: bytes) -> None:
-        self._write(b"[%d]<%s>:" % (rank, stream) + line)
+        self._write(line_prefix(rank, stream.decode(), self._timestamp) + line)
 
     def _write(self, data: bytes) -> None:
         with _write_lock:
@@ -149,9 +156,9 @@ class MpiTaggedDemux:
                 pass  # our own stdout is gone: keep draining mpirun
 
 
-def pump_mpi_stream(pipe: BinaryIO, sink: BinaryIO) -> threading.Thread:
+def pump_mpi_stream(pipe: BinaryIO, sink: BinaryIO, timestamp: bool = False) -> threading.Thread:
     """Reads one of mpirun's pipes on a background thread through a MpiTaggedDemux into sink."""
-    demux = MpiTaggedDemux(sink)
+    demux = MpiTaggedDemux(sink, timestamp)
 
     def run() -> None:
         try:

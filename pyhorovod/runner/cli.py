@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Dict, List, Optional
 
+from pyhorovod import _compat as horovod_alias
+
 from . import hosts as hostlib
 from . import output, remote
 from .launch import LaunchOptions, run_job
@@ -40,6 +42,8 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
                    help="restart the whole job up to N times after a failure (exports PYHOROVOD_RESTART_COUNT)")
     p.add_argument("--mpi", action="store_true", help="start the ranks with Open MPI's mpirun")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpirun (with --mpi)")
+    p.add_argument("--horovod-compat", action="store_true",
+                   help="ranks can `import horovod` (pyhorovod under Horovod's name; also PYHOROVOD_HOROVOD_COMPAT=1)")
     p.add_argument("--secret-file", action="store_true",
                    help="hand the job secret to local ranks in a 0600 file instead of the environment")
     ssh = p.add_argument_group("remote hosts")
@@ -97,6 +101,8 @@ def knob_env(args: argparse.Namespace) -> Dict[str, str]:
     if args.network_interfaces:
         env["HOROVOD_GLOO_IFACE"] = interfaces(args)[0]
         env["PYHOROVOD_IFACE"] = interfaces(args)[0]
+    if horovod_alias.wanted(args.horovod_compat, os.environ):
+        env["PYTHONPATH"] = horovod_alias.python_path(os.environ.get("PYTHONPATH"))
     return env
 
 

@@ -101,3 +101,4 @@ def test_deep_module_paths():
                  "init", "rank", "size", "Sum", "Average", "Adasum", "ProcessSet", "nccl_built"):
         assert getattr(mpi_ops, name) is getattr(hvd, name), name
     assert issubclass(mpi_ops.HorovodAllreduce, torch.autograd.Function)
+    assert hvd.mpi_ops is mpi_ops and hvd.functions is functions and hvd.compression is compression

@@ -7,8 +7,8 @@ The framework-free API (numpy arrays and buffer-protocol objects) mirrors horovo
     total = hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum)
 
 PyTorch users import pyhorovod.torch instead. Differences from Horovod are noted in the docstrings
-(pyhorovod/_numpy_ops.py): no compression= here, a dtype= keyword for bfloat16 bit patterns, process-set
-relative root ranks, no Adasum.
+(pyhorovod/_numpy_ops.py): no compression= here, a dtype= keyword for bfloat16 bit patterns, no Adasum.
+root_rank is a global rank everywhere, also on a process set, as in Horovod.
 """
 from pyhorovod import _api, _core, basics, process_sets as _process_sets
 from pyhorovod._api import Adasum, Average, Max, Min, Product, Sum, poll, synchronize
@@ -76,12 +76,13 @@ def __getattr__(name):
 
 
 def build_info() -> dict:
-    """What was compiled: {"version", "compiler", "cxx_flags", "nccl", "cuda", "shm"}."""
+    """What was compiled: {"version", "compiler", "cxx_flags", "nccl", "nccl_version", "cuda", "shm"}."""
     return dict(_core.build_info())
 
 
-# Horovod's capability queries. pyhorovod's CPU transport is its own TCP/shared-memory core (reported by
-# tcp_built); it links neither MPI nor Gloo (mpirun is only a launcher here), so those report False.
+# Horovod's capability queries, with Horovod's return types. pyhorovod's CPU transport is its own
+# TCP/shared-memory core (reported by tcp_built); it links neither MPI nor Gloo (mpirun is only a
+# launcher here), nor oneCCL, IBM DDL or ROCm, so those report False.
 def tcp_built() -> bool:
     return True
 
@@ -91,11 +92,17 @@ def mpi_built() -> bool:
 
 
 def mpi_enabled() -> bool:
+    """Whether the job's collectives run over MPI: never in pyhorovod (Horovod: True only when built
+    with MPI and started by mpirun without Gloo)."""
     return False
 
 
 def mpi_threads_supported() -> bool:
-    return False
+    """Horovod answers this only when MPI is enabled and raises ValueError otherwise (also under Horovod
+    with Gloo); pyhorovod never enables MPI, so it always raises ValueError. A script that wants mpi4py
+    next to pyhorovod initialises MPI itself (MPI.Init_thread)."""
+    raise ValueError("pyhorovod does not run its collectives over MPI (mpi_enabled() is False), so MPI "
+                     "thread support is not defined; use mpi4py's MPI.Query_thread() for your own MPI use")
 
 
 def gloo_built() -> bool:
@@ -106,8 +113,10 @@ def gloo_enabled() -> bool:
     return False
 
 
-def nccl_built() -> bool:
-    return bool(build_info().get("nccl", False))
+def nccl_built() -> int:
+    """The NCCL version the GPU backend was compiled against, as NCCL_VERSION_CODE (e.g. 22807 for
+    2.28.7; scripts compare it with e.g. 2700), or 0 when it was built without NCCL -- as Horovod."""
+    return int(build_info().get("nccl_version", 0))
 
 
 def cuda_built() -> bool:

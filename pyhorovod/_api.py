@@ -142,16 +142,26 @@ def check_timeout(timeout) -> float:
     return value
 
 
-def check_root(root_rank, set_size: int) -> int:
+def check_root(root_rank, ranks: Sequence[int]) -> int:
+    """root_rank is a global rank, also on a process set (as in Horovod); the engine wants its position
+    among the set's sorted `ranks`. ValueError for a non-integer or a rank that is not in the set."""
     if isinstance(root_rank, bool):
         raise ValueError(f"root_rank must be an integer, got {root_rank!r}")
     try:
         root = operator.index(root_rank)
     except TypeError:
         raise ValueError(f"root_rank must be an integer, got {root_rank!r}") from None
-    if not 0 <= root < set_size:
-        raise ValueError(f"root_rank={root} is out of range for a process set of size {set_size}")
-    return root
+    try:
+        return ranks.index(root)
+    except ValueError:
+        raise ValueError(f"root_rank={root} is out of range: not a member of the process set (ranks "
+                         f"{_ranks_text(ranks)}; root_rank is a global rank)") from None
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    if len(ranks) > 8 and list(ranks) == list(range(len(ranks))):
+        return f"0..{len(ranks) - 1}"
+    return str(list(ranks))
 
 
 def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], Any]) -> int:

@@ -133,7 +133,7 @@ def broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeou
     what = "broadcast_" if inplace else "broadcast"
     ps = process_sets.resolve(process_set)
     timeout = _api.check_timeout(timeout)
-    root = _api.check_root(root_rank, len(ps.ranks))
+    root = _api.check_root(root_rank, ps.ranks)
     d = _Dev(tensor, what, dtype)
     if not inplace:
         cupy = _cupy(what)

@@ -7,7 +7,8 @@ pyhorovod.poll / pyhorovod.synchronize). What differs from horovod.torch:
 - a `dtype=` keyword naming the element type when numpy has none for it: bfloat16 (or float16) bit
   patterns held in a uint16 array, e.g. `allreduce(bits, dtype="bfloat16")`. Arrays of ml_dtypes.bfloat16
   are recognised without it.
-- broadcast's root_rank and process-set ranks count inside the process set (0..set size-1).
+broadcast's root_rank is a global rank, also on a process set, as in horovod.torch (a root outside the
+set is a ValueError).
 Every function takes `timeout=` (seconds; default PYHOROVOD_TIMEOUT_SECONDS): past it the request fails
 on every rank with HorovodTimeoutError naming the ranks that never submitted it. Horovod has no such
 keyword. Every argument is checked before anything is enqueued: a bad one raises ValueError on this rank only and
@@ -230,7 +231,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeo
     what = "broadcast_" if inplace else "broadcast"
     ps = process_sets.resolve(process_set)
     timeout = _api.check_timeout(timeout)
-    root = _api.check_root(root_rank, len(ps.ranks))
+    root = _api.check_root(root_rank, ps.ranks)
     arr = _as_array(tensor, what, writable=inplace)
     code = dtype_code(arr, dtype, what)
     out = arr if inplace else np.empty_like(arr, order="C")

@@ -22,6 +22,16 @@ class HorovodTimeoutError(HorovodInternalError):
     """A collective or the bootstrap ran past its deadline (PYHOROVOD_TIMEOUT_SECONDS)."""
 
 
+class HostsUpdatedInterrupt(RuntimeError):
+    """The job's hosts changed (elastic training): training should stop at the next commit point and
+    resume with the new set of ranks. skip_sync: the state need not be synchronised again afterwards.
+    Same name, base class and argument as horovod.common.exceptions.HostsUpdatedInterrupt."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__(f"the job's hosts changed (skip_sync={bool(skip_sync)})")
+        self.skip_sync = bool(skip_sync)
+
+
 def _core_classes():
     # Imported lazily: the pure-Python layers (config, bootstrap) stay importable without the extension.
     from pyhorovod import _core

@@ -3,7 +3,7 @@
 A ProcessSet is registered either statically, `pyhorovod.init(process_sets=[...])` (ids 1, 2, ... in list
 order, the same list on every rank), or dynamically with add_process_set() when
 HOROVOD_DYNAMIC_PROCESS_SETS=1 (collective over all ranks). The global set, id 0, is every rank.
-Ranks inside a set (broadcast's root_rank, ps.rank()) count from 0 in ascending global-rank order.
+ps.rank() counts from 0 in ascending global-rank order; root_rank arguments are global ranks (as Horovod).
 """
 from typing import List, Optional, Sequence
 

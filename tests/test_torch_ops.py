@@ -223,12 +223,12 @@ def body_autograd():
     (out * coef).sum().backward()
     offset = r * (r + 1) // 2
     c.eq("allgather grad", g.grad, (torch.arange(offset, offset + r + 1, dtype=torch.float32)[:, None]
-                                    * tri).expand(r + 1, 2).contiguous())
+                                    * tri / n).expand(r + 1, 2).contiguous())  # Horovod: averaged
     g.grad = None
     outs = hvd.grouped_allgather([g, g])
     ((outs[0] + outs[1]) * coef).sum().backward()
     c.eq("grouped_allgather grad", g.grad, (torch.arange(offset, offset + r + 1, dtype=torch.float32)[:, None]
-                                            * 2 * tri).expand(r + 1, 2).contiguous())
+                                            * 2 * tri / n).expand(r + 1, 2).contiguous())
     for root in range(n):
         b = torch.ones(3, requires_grad=True)
         (hvd.broadcast(b, root) * w).sum().backward()
@@ -247,14 +247,14 @@ def body_autograd():
     (hvd.reducescatter(s, op=hvd.Sum) * w).sum().backward()
     per_row = torch.cat([torch.full((3 if j == 0 else 2, 2), float(j + 1), dtype=torch.float64)
                          for j in range(n)])
-    c.eq("reducescatter Sum grad", s.grad, per_row)
+    c.eq("reducescatter Sum grad", s.grad, per_row * n)  # Horovod's convention: n * the exact gradient
     s.grad = None
     (hvd.reducescatter(s) * w).sum().backward()
-    c.eq("reducescatter Average grad", s.grad, per_row / n)
+    c.eq("reducescatter Average grad", s.grad, per_row)
     s.grad = None
     outs = hvd.grouped_reducescatter([s, s], op=hvd.Sum)
     ((outs[0] + outs[1]) * w).sum().backward()
-    c.eq("grouped_reducescatter grad", s.grad, per_row * 2)
+    c.eq("grouped_reducescatter grad", s.grad, per_row * 2 * n)
     return {"failures": c.failures, "count": c.count}
 
 

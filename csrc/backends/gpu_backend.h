@@ -51,5 +51,7 @@ class GpuBackend {
 std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, int global_rank,
                                              int device, double timeout_s);
 bool gpu_backend_built();
+// NCCL_VERSION_CODE of the nccl.h the backend was compiled against (e.g. 22807 for 2.28.7); 0 without it.
+int nccl_version_built();
 
 }  // namespace phv

@@ -14,5 +14,7 @@ std::unique_ptr<GpuBackend> make_gpu_backend(Store&, const std::string&, int, in
 
 bool gpu_backend_built() { return false; }
 
+int nccl_version_built() { return 0; }
+
 }  // namespace phv
 #endif

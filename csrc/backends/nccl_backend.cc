@@ -392,4 +392,6 @@ std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& pr
 
 bool gpu_backend_built() { return true; }
 
+int nccl_version_built() { return NCCL_VERSION_CODE; }
+
 }  // namespace phv

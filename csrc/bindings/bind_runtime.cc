@@ -107,6 +107,7 @@ py::dict build_info() {
   // What is linked in, not a define: the stub (gpu_backend_stub.cc) answers false in CPU builds.
   d["nccl"] = gpu_backend_built();
   d["cuda"] = gpu_backend_built();
+  d["nccl_version"] = nccl_version_built();  // NCCL_VERSION_CODE, as Horovod's nccl_built() returns it
   d["shm"] = true;  // shared-memory rings between ranks of one host (ConnectOptions.shm_enable)
   return d;
 }

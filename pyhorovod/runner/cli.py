@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional
 
+from pyhorovod import _compat as horovod_alias
+
 from . import config_file, horovod_flags, output, remote
 from . import hosts as hostlib
 from .launch import LaunchOptions, run_job
@@ -47,6 +49,8 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
     controller.add_argument("--mpi", action="store_true", help="start the ranks with Open MPI's mpirun")
     controller.add_argument("--jsrun", action="store_true", help="not supported (IBM jsrun)")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpirun (with --mpi)")
+    p.add_argument("--horovod-compat", action="store_true",
+                   help="ranks can `import horovod` (pyhorovod under Horovod's name; also PYHOROVOD_HOROVOD_COMPAT=1)")
     p.add_argument("--secret-file", action="store_true",
                    help="hand the job secret to local ranks in a 0600 file instead of the environment")
     ssh = p.add_argument_group("remote hosts")
@@ -65,6 +69,8 @@ def knob_env(args: argparse.Namespace) -> Dict[str, str]:
     if args.network_interfaces:
         env["HOROVOD_GLOO_IFACE"] = interfaces(args)[0]
         env["PYHOROVOD_IFACE"] = interfaces(args)[0]
+    if horovod_alias.wanted(args.horovod_compat, os.environ):
+        env["PYTHONPATH"] = horovod_alias.python_path(os.environ.get("PYTHONPATH"))
     return env
 
 

@@ -32,6 +32,7 @@ from pyhorovod.torch.ops import (
     sparse_allreduce_async, synchronize)
 from pyhorovod.torch.optimizer import DistributedOptimizer
 from pyhorovod.torch.sync_batch_norm import SyncBatchNorm
+from pyhorovod.torch import mpi_ops  # noqa: F401 -- hvd.mpi_ops, as in horovod.torch
 
 
 __all__ = [

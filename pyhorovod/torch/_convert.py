@@ -3,7 +3,6 @@
 A contiguous CPU tensor is handed to the core by its data_ptr(), without a copy; a non-contiguous one is
 first copied into a contiguous buffer (and, for in-place ops, copied back when the op completes).
 """
-import operator
 
 import torch
 
@@ -89,17 +88,7 @@ def process_set(ps):
 def set_root(root_rank, ps):
     """horovod.torch's root_rank is a global rank, also for process sets; the engine wants the position
     inside the set."""
-    if isinstance(root_rank, bool):
-        raise ValueError(f"root_rank must be an integer, got {root_rank!r}")
-    try:
-        root = operator.index(root_rank)
-    except TypeError:
-        raise ValueError(f"root_rank must be an integer, got {root_rank!r}") from None
-    if ps.process_set_id == 0:
-        return _api.check_root(root, basics.size())
-    if root not in ps.ranks:
-        raise ValueError(f"root_rank={root} is not a member of {ps}")
-    return ps.ranks.index(root)
+    return _api.check_root(root_rank, ps.ranks)
 
 
 def set_rank(ps):

@@ -1,15 +1,16 @@
 """The differentiable out-of-place collectives of horovod.torch, with Horovod's backward passes.
 
-Every rank computes its own loss L_k from the collective's output; backward gives each rank the gradient
-of the sum over ranks of L_k with respect to its own input (as Horovod):
-- allreduce y = post * op_k(pre * x_k): for Sum/Average the gradient is the same allreduce of the output
-  gradients (Horovod passes op and scale factors through). Min/Max (which Horovod also passes through,
-  giving a wrong gradient) route the summed gradient to the ranks whose input equals the result.
-- allgather: each rank's rows of the summed output gradient.
-- broadcast: Horovod's choice, kept for drop-in parity: the *averaged* output gradient on the root rank,
-  zeros elsewhere.
-- alltoall: the output gradient sent back along the received splits.
-- reducescatter: the allgathered output gradient, times the scale factors (and 1/n for Average).
+Every rank k computes its own loss L_k from the collective's output and backpropagates with output
+gradient g_k. Call the "exact" gradient the derivative of the sum over ranks of L_k with respect to this
+rank's input. Horovod's backward passes are not all the exact one; they are kept for drop-in parity (a
+script ported from Horovod trains with the same gradients, e.g. the same effective learning rate):
+- allreduce y = post * op_k(pre * x_k): Sum/Average pass the same allreduce of the g_k (exact). Min/Max
+  (which Horovod passes through, giving a wrong gradient) route the summed gradient to the ranks whose
+  input equals the result.
+- allgather: this rank's rows of the *averaged* g_k (Horovod's choice: the exact gradient / n).
+- broadcast: the averaged g_k on the root rank, zeros elsewhere (Horovod's choice: exact / n).
+- alltoall: the output gradient sent back along the received splits (exact).
+- reducescatter: Horovod's choice is n * exact, see _scatter_backward.
 """
 import torch
 
@@ -89,11 +90,12 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 
 def _gather_backward(grad, rows, ps):
-    """This rank's block of the summed gradient of an allgather output (`rows` rows of dim 0)."""
-    summed = ops.synchronize(ops.allreduce_async(grad.contiguous(), op=_api.Sum, process_set=ps))
+    """This rank's block (`rows` rows of dim 0) of the output gradient averaged over the set, as Horovod
+    (the sum would be the exact gradient; Horovod divides it by the set size)."""
+    averaged = ops.synchronize(ops.allreduce_async(grad.contiguous(), op=_api.Average, process_set=ps))
     sizes = ops.synchronize(ops.allgather_async(torch.tensor([rows], dtype=torch.int64), process_set=ps))
     offset = int(sizes[:cv.set_rank(cv.process_set(ps))].sum())
-    return summed.narrow(0, offset, rows)
+    return averaged.narrow(0, offset, rows)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -171,12 +173,19 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 def _scatter_backward(grad, op, prescale, postscale, ps):
+    """Horovod's reducescatter backward: allgather(g) * s * n for Sum and allgather(g) * s for Average,
+    s = prescale * postscale, n = set size.
+
+    Derivation. Forward: rank r keeps block r of y = s * sum_k x_k (Sum) or of s * (1/n) sum_k x_k
+    (Average). Input x_k's block r reaches only rank r's output, so d(sum_r L_r)/dx_k[block r] =
+    s * g_r (Sum) or s * g_r / n (Average): the exact gradient is the allgather of the g_r, scaled.
+    Horovod multiplies that by n (Sum: s * n * g_r; Average: s * g_r, no division), and so do we."""
+    if op not in (_api.Sum, _api.Average):
+        raise NotImplementedError("reducescatter has a backward pass only for op=Sum/Average")
     gathered = ops.synchronize(ops.allgather_async(grad.contiguous(), process_set=ps))
     scale = prescale * postscale
-    if op == _api.Average:
-        scale /= cv.set_size(cv.process_set(ps))
-    elif op != _api.Sum:
-        raise NotImplementedError("reducescatter has a backward pass only for op=Sum/Average")
+    if op == _api.Sum:
+        scale *= cv.set_size(cv.process_set(ps))
     return gathered * scale if scale != 1.0 else gathered
 
 

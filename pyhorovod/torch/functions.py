@@ -1,24 +1,30 @@
 """Model/optimizer state synchronisation and object collectives, as horovod.torch.functions.
 
-broadcast_object/allgather_object pickle only the object the caller passes in, on the rank that produced
-it; the receivers unpickle what the job's other ranks sent (peers authenticated by the job secret). The
-pickled size travels first so that every rank can allocate the receive buffer.
+broadcast_object/allgather_object serialize with cloudpickle, as Horovod (so lambdas and classes defined
+inside functions travel too), only the object the caller passes in, on the rank that produced it; the
+receivers unpickle what the job's other ranks sent (peers authenticated by the job secret). The pickled
+size travels first so that every rank can allocate the receive buffer. Unnamed calls are named
+"<kind>[.ps<id>].<n>", n counting per process set: ranks outside a set do not count its calls, so a call
+on a sub-set cannot shift the names of later calls on other sets.
+root_rank is a global rank everywhere, also on a process set (as Horovod).
 Differences from Horovod: scalar hyperparameters travel as float64 (Horovod used float32, which turns
 lr=0.1 into 0.10000000149), non-numeric ones (None, strings) as one broadcast object; a fresh root
 leaves every rank's state fresh, and initialising a rank's empty state for the root's to fill in does
 not move its parameters (Horovod's zero-gradient step could, with weight decay).
 """
 import collections
-import itertools
-import pickle
 
+import cloudpickle
 import torch
 
+from pyhorovod import basics
 from pyhorovod.process_sets import global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 
-_object_calls = itertools.count()
+# (kind, process set id) -> unnamed object collectives made so far; every rank restarts with a new engine.
+_object_calls = {}
+basics.on_shutdown(_object_calls.clear)
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -30,6 +36,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))
+    cv.set_root(root_rank, cv.process_set(process_set))
     handles = []
     for name, p in items:
         if not isinstance(p, torch.Tensor):
@@ -63,37 +70,55 @@ def _rebuild(template, values):
     return type(template)(v) if not isinstance(template, bool) else bool(v)
 
 
-def _init_empty_state(optimizer):
-    """Creates the optimizer's state (momentum buffers, Adam moments) by one step on zero gradients, then
-    restores the parameters and gradients, so that a rank without state (a resume where only the root
-    loaded a checkpoint) has the root's state structure for the broadcast to fill in."""
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-    saved = [(p, p.detach().clone(), p.grad) for p in params]
-    for p in params:
+def _params_requiring_grad(optimizer):
+    return [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+
+
+def _zero_grads(optimizer):
+    """A zero .grad on every parameter that requires a gradient, as Horovod leaves them after initialising
+    a rank's empty optimizer state (parameters with requires_grad=False keep grad None)."""
+    for p in _params_requiring_grad(optimizer):
         p.grad = torch.zeros_like(p)
         if isinstance(optimizer, torch.optim.SparseAdam):
             p.grad = p.grad.to_sparse()
+
+
+def _init_empty_state(optimizer):
+    """Creates the optimizer's state (momentum buffers, Adam moments) by one step on zero gradients, then
+    restores the parameters, so that a rank without state (a resume where only the root loaded a
+    checkpoint) has the root's state structure for the broadcast to fill in."""
+    saved = [(p, p.detach().clone()) for p in _params_requiring_grad(optimizer)]
+    _zero_grads(optimizer)
     # A DistributedOptimizer's step() would allreduce; the wrapped class's step only updates locally.
     step = getattr(optimizer, "_local_step", None) or optimizer.step
     with torch.no_grad():
         step()
-        for p, data, grad in saved:
+        for p, data in saved:
             p.copy_(data)
-            p.grad = grad
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
-    """Makes every rank's optimizer state and hyperparameters equal to root_rank's (in place)."""
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
+    """Makes every rank's optimizer state and hyperparameters equal to root_rank's (in place). On a rank
+    whose optimizer had no state yet, every parameter that requires a gradient is left with a zero .grad
+    (as Horovod). model= is Horovod's argument, accepted for its signature: the parameters are found
+    through the optimizer."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ValueError(f"broadcast_optimizer_state: model must be a torch.nn.Module or None, got "
+                         f"{type(model).__name__}")
+    cv.set_root(root_rank, cv.process_set(process_set))
+    had_state = len(optimizer.state) > 0
     # First whether the root has any state: a fresh root means fresh state everywhere (so a fresh Adam
     # keeps step 0 instead of Horovod's step 1 from its zero-gradient initialisation step).
-    root_has_state = torch.tensor([int(len(optimizer.state) > 0)], dtype=torch.int32)
+    root_has_state = torch.tensor([int(had_state)], dtype=torch.int32)
     ops.broadcast_(root_has_state, root_rank, name="opt_state.has_state", process_set=process_set)
     if not root_has_state.item():
         optimizer.state.clear()
-    elif len(optimizer.state) == 0:
+    elif not had_state:
         _init_empty_state(optimizer)
+    if not had_state:
+        _zero_grads(optimizer)
     state_dict = optimizer.state_dict()
 
     tensors, numeric, others = [], [], {}
@@ -152,42 +177,45 @@ def _param_by_index(optimizer, index):
     return params[index]
 
 
-def _object_name(name, kind):
-    return name if name else f"{kind}.{next(_object_calls)}"
+def _object_name(name, kind, ps):
+    if name:
+        return name
+    key = (kind, ps.process_set_id)
+    _object_calls[key] = _object_calls.get(key, 0) + 1
+    where = f".ps{ps.process_set_id}" if ps.process_set_id else ""
+    return f"{kind}{where}.{_object_calls[key]}"
+
+
+def _unpickle(data: bytes):
+    return cloudpickle.loads(data)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` on every rank of the set (pickled on the root only)."""
+    """Returns root_rank's `obj` (root_rank: a global rank of the set) on every rank of the set; only the
+    root serializes it (cloudpickle), the root gets `obj` itself back."""
     ps = cv.process_set(process_set)
-    name = _object_name(name, "broadcast_object")
-    from pyhorovod import basics
-    if basics.rank() == root_rank:
-        payload = torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
-                                   dtype=torch.uint8)
-        size = torch.tensor([payload.numel()], dtype=torch.int64)
-    else:
-        payload, size = None, torch.zeros(1, dtype=torch.int64)
+    cv.set_root(root_rank, ps)
+    name = _object_name(name, "broadcast_object", ps)
+    is_root = basics.rank() == root_rank
+    payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8) if is_root else None
+    size = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
     ops.broadcast_(size, root_rank, name=f"{name}.sz", process_set=ps)
     if payload is None:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
     ops.broadcast_(payload, root_rank, name=f"{name}.t", process_set=ps)
-    if basics.rank() == root_rank:
-        return obj
-    return pickle.loads(payload.numpy().tobytes())
+    return obj if is_root else _unpickle(payload.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every set rank's `obj`, in set-rank order (each pickled by its owner)."""
+    """Returns the list of every set rank's `obj`, in set-rank order, each serialized by its owner
+    (cloudpickle) and deserialized here, this rank's own entry too (a copy, as in Horovod)."""
     ps = cv.process_set(process_set)
-    name = _object_name(name, "allgather_object")
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, torch.uint8)
+    name = _object_name(name, "allgather_object", ps)
+    payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
     sizes = ops.synchronize(ops.allgather_async(torch.tensor([payload.numel()], dtype=torch.int64),
                                                 name=f"{name}.sz", process_set=ps)).tolist()
     gathered = ops.synchronize(ops.allgather_async(payload, name=f"{name}.t", process_set=ps)).numpy()
-    me = cv.set_rank(ps)
-    out, offset = [], 0
-    for i, n in enumerate(sizes):
-        out.append(obj if i == me else pickle.loads(gathered[offset:offset + n].tobytes()))
-        offset += n
-    return out
+    offsets = [0]
+    for n in sizes:
+        offsets.append(offsets[-1] + n)
+    return [_unpickle(gathered[lo:hi].tobytes()) for lo, hi in zip(offsets, offsets[1:])]

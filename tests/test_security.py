@@ -33,7 +33,7 @@ class StoreProcess:
     """The rendezvous store in its own process, so that its memory can be watched."""
 
     def __init__(self, secret: str, lifetime_s: float = 300):
-        # stderr (a warning per refused stranger) is dropped: thousands of lines, all expected.
+        # stderr (warnings about refused strangers, throttled) is dropped: all expected.
         self.proc = subprocess.Popen([sys.executable, "-c", STORE, secret, str(lifetime_s)],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=clean_env(), cwd=ROOT)
@@ -111,7 +111,7 @@ def attack_store(port, secret, store, stop, stats):
         stranger.bad_hello(host, port, stranger.ROLE_STORE_CLIENT, magic=0x12345678),
         stranger.bad_hello(host, port, stranger.ROLE_STORE_CLIENT, version=2)]
     loris = stranger.SlowLoris(host, port, 20)
-    stats["store_loris_closed"] = loris  # checked by the test (closed by the store after its 10 s limit)
+    stats["store_loris_closed"] = loris  # checked by the test (closed by the store after its 2 s handshake deadline)
     # With the secret: frames that claim absurd lengths, or carry a bad magic, are refused at once.
     before = store.rss_kb()
     refused = []

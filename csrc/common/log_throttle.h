@@ -16,7 +16,8 @@ class LogThrottle {
       : prefix_(std::move(prefix)), burst_(burst), interval_(to_duration(interval_s)) {}
 
   void warn(const std::string& text);
-  void flush(Deadline now);  // call now and then: emits a due summary
+  // Call now and then: emits a due summary (force: any pending one, e.g. before the owner goes away).
+  void flush(Deadline now, bool force = false);
   size_t suppressed_total() const { return suppressed_total_; }
 
  private:

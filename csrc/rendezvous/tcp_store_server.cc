@@ -353,6 +353,7 @@ void TcpStoreServer::run() {
       }
     }
   }
+  warnings.flush(Clock::now(), true);
 }
 
 }  // namespace phv

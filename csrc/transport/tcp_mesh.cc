@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/log_throttle.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
 
@@ -45,8 +46,13 @@ struct Acceptor {
     std::vector<std::string> peer_addr(opt.rank);  // where each connected rank came from
     int missing = opt.rank;
     std::string context = opt.store_prefix;
+    LogThrottle warnings("rank " + std::to_string(opt.rank), 5, 10);  // strangers may connect by the thousand
+    struct FlushAtExit {
+      LogThrottle& w;
+      ~FlushAtExit() { w.flush(Clock::now(), true); }
+    } flush_at_exit{warnings};
     auto refuse = [&](Pending& p, const std::string& why) {
-      log(LogLevel::WARNING, "rank ", opt.rank, ": refusing connection from ", p.addr, ": ", why);
+      warnings.warn("refusing connection from " + p.addr + ": " + why);
       if (rejected) ++*rejected;
       p.fd.reset();
     };
@@ -74,6 +80,7 @@ struct Acceptor {
       }
       ::poll(fds.data(), fds.size(), poll_timeout_ms(next, 200));
       now = Clock::now();
+      warnings.flush(now);
       if (fds[0].revents & POLLIN) {
         for (;;) {
           Pending p;

@@ -215,9 +215,18 @@ def test_store_memory_is_bounded_and_the_writer_is_told_which_limit(tmp_path):
                 client.set(f"k{stored}", value)
                 stored += 1
         assert stored == 7, stored   # 7 x (1 MiB + key + 64): the 8th would pass 8 MiB
-        # The connection still works, the stored values are intact, and overwriting within the limit works.
+        # The connection still works, the full store still answers reads, the stored values are intact, and
+        # overwriting within the limit works.
         for i in range(stored):
             assert client.get(f"k{i}", 5) == bytes([i % 251]) * (1 << 20)
+        small = 0
+        with pytest.raises(_core.InvalidArgumentError, match="PYHOROVOD_STORE_MAX_BYTES"):
+            while small < 2000:   # fill the last MiB
+                client.set(f"s{small}", bytes(1000))
+                small += 1
+        assert client.check("k1") and not client.check("k9") and client.get("s0", 5) == bytes(1000)
+        for i in range(small):
+            client.set(f"s{i}", b"")   # making room
         client.set("k0", b"small")
         client.set("k7", bytes(512 << 10))
         assert client.get("k0", 5) == b"small" and client.add("n", 3) == 3

@@ -154,7 +154,10 @@ void TcpStoreServer::run() {
         return "a value of " + std::to_string(value_len) + " bytes exceeds the store's limit of " +
                std::to_string(limits_.max_value_bytes) + " bytes per value (PYHOROVOD_STORE_MAX_VALUE_BYTES)";
     }
-    if (st.stored + st.in_transit + body_len + kEntryOverhead > limits_.max_total_bytes)
+    // Reads store nothing: a full store still answers them, as long as their keys fit beside the rest.
+    bool writes = op == OP_SET || op == OP_ADD;
+    size_t after = (writes ? st.stored + kEntryOverhead : 0) + st.in_transit + body_len;
+    if (after > limits_.max_total_bytes)
       return "the store holds " + std::to_string(st.stored) + " bytes (" + std::to_string(st.in_transit) +
              " more in transit); " + std::to_string(body_len) + " more would exceed its limit of " +
              std::to_string(limits_.max_total_bytes) + " bytes in total (PYHOROVOD_STORE_MAX_BYTES)";

@@ -15,9 +15,10 @@
 // process, whose files and sockets need the other three quarters; beyond that, new connections wait in
 // the kernel's backlog. A connection that has not completed the handshake within handshake_s is closed.
 // When accept() runs out of descriptors (EMFILE, ENFILE) the listening socket is left alone for a short
-// pause instead of being polled in a busy loop. A SET whose value exceeds max_value_bytes, or any request
-// that would take the stored keys and values (plus requests in transit) beyond max_total_bytes, is
-// answered with an error naming the limit and is read and discarded, never buffered.
+// pause instead of being polled in a busy loop. A SET whose value exceeds max_value_bytes, a SET or ADD
+// that would take the stored keys and values (plus requests in transit) beyond max_total_bytes, or a read
+// whose keys do not fit beside the requests in transit, is answered with an error naming the limit and
+// is read and discarded, never buffered.
 #pragma once
 #include <atomic>
 #include <cstdint>

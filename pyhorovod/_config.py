@@ -75,6 +75,16 @@ def first(env: Mapping[str, str], names, getter=get_str, **kw):
     return None
 
 
+def store_limits(env: Mapping[str, str]) -> dict:
+    """Keyword arguments for _core.TcpStoreServer (csrc/rendezvous/tcp_store.h; unset: its defaults)."""
+    limits = {"max_value_bytes": get_int(env, "PYHOROVOD_STORE_MAX_VALUE_BYTES", minimum=1),
+              "max_total_bytes": get_int(env, "PYHOROVOD_STORE_MAX_BYTES", minimum=1),
+              "handshake_s": get_float(env, "PYHOROVOD_STORE_HANDSHAKE_SECONDS", minimum=0.001)}
+    if (limits["max_value_bytes"] or 0) > 64 << 20:
+        raise ValueError("environment variable PYHOROVOD_STORE_MAX_VALUE_BYTES must be <= 67108864 (64 MiB)")
+    return {k: v for k, v in limits.items() if v is not None}
+
+
 @dataclasses.dataclass
 class Config:
     """Engine and transport knobs. Defaults equal the C++ defaults (csrc/engine/engine.h, tuning.h)."""

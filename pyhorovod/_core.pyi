@@ -23,7 +23,9 @@ def sum_of_squares(ptr: int, count: int, dtype: int) -> float: ...  # float32/fl
 
 class TcpStoreServer:
     """The rendezvous key/value store, hosted by the launcher or rank 0 (background thread)."""
-    def __init__(self, host: str, port: int, secret: bytes) -> None: ...  # port 0: any free port
+    # port 0: any free port. Limits: see pyhorovod/_config.py store_limits (PYHOROVOD_STORE_*).
+    def __init__(self, host: str, port: int, secret: bytes, max_value_bytes: int = ..., max_total_bytes: int = ...,
+                 handshake_s: float = ..., max_connections: int = ...) -> None: ...
     @property
     def port(self) -> int: ...
     def close(self) -> None: ...

@@ -13,10 +13,14 @@ in order:
    MASTER_PORT + 1 (MASTER_PORT itself belongs to torchrun's own store). The secret is PYHOROVOD_SECRET
    if set, else derived from MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RUN_ID: that identifies the job
    but is not secret, exactly as torch.distributed's store is unauthenticated; set PYHOROVOD_SECRET on
-   shared networks.
+   shared networks (rank 0 says so once, at init, when the ranks span hosts).
 4. Open MPI or PMI variables (mpirun, mpiexec): rank 0 hosts the store on a free port and broadcasts
    host, port and a random secret through mpi4py (MPI_Bcast of a fixed-size JSON buffer, never pickle).
 5. Otherwise: ValueError naming the variables to set.
+
+Once the store is located, the secret leaves os.environ (PYHOROVOD_SECRET, PYHOROVOD_SECRET_FILE), so
+that the training script's subprocesses do not inherit it; the Rendezvous keeps it for a re-init. A
+file that the launcher marked as one-time (PYHOROVOD_SECRET_FILE_ONCE=1) is deleted once read.
 
 Binding: loopback when every rank is on this host (local_size == size); otherwise the IPv4 address of
 PYHOROVOD_IFACE / HOROVOD_GLOO_IFACE, else the address of the route towards the store. Never 0.0.0.0.
@@ -25,15 +29,22 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import secrets
 import socket
 from typing import Mapping, Optional
 
-from pyhorovod._config import first, get_int, get_str
+from pyhorovod._config import first, get_int, get_str, store_limits
 
 log = logging.getLogger("pyhorovod")
 LOOPBACK = "127.0.0.1"
 _MPI_BUF = 1024  # bytes of the broadcast record: JSON {"host", "port", "secret"} or {"error"}
+SECRET_VARS = ("PYHOROVOD_SECRET", "PYHOROVOD_SECRET_FILE", "PYHOROVOD_SECRET_FILE_ONCE")
+DERIVED_SECRET_HINT = (
+    "pyhorovod: the ranks span hosts and no PYHOROVOD_SECRET is set, so the store's secret is derived from "
+    "MASTER_ADDR and MASTER_PORT: any process that can read them can compute it, join the job or pose as a "
+    "rank. Give every rank a real secret: PYHOROVOD_SECRET=<random text>, or PYHOROVOD_SECRET_FILE=<a 0600 "
+    "file holding it>")
 
 
 @dataclasses.dataclass
@@ -65,6 +76,27 @@ def read_secret(env: Mapping[str, str]) -> Optional[bytes]:
     if not data:
         raise ValueError(f"environment variable PYHOROVOD_SECRET_FILE={path!r}: the file is empty")
     return data
+
+
+def forget_secret(env: Mapping[str, str]) -> None:
+    """After a successful locate(): a one-time secret file is deleted (with its directory, once empty) and
+    the secret variables leave os.environ."""
+    path = get_str(env, "PYHOROVOD_SECRET_FILE")
+    if path and get_str(env, "PYHOROVOD_SECRET_FILE_ONCE") == "1":
+        for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+            try:
+                remove(target)
+            except OSError:
+                pass  # the directory still holds other ranks' files: the last rank (or launcher) removes it
+    if env is os.environ:
+        for name in SECRET_VARS:
+            os.environ.pop(name, None)
+
+
+def host_store(host: str, port: int, secret: bytes, env: Mapping[str, str]):
+    """A _core.TcpStoreServer with the limits of the PYHOROVOD_STORE_* variables."""
+    from pyhorovod import _core
+    return _core.TcpStoreServer(host, port, secret, **store_limits(env))
 
 
 def resolve_ipv4(host: str, var: str) -> str:
@@ -129,8 +161,12 @@ def locate(info, config, env: Mapping[str, str], mpi_comm=None, port_offset: int
     """Finds or creates the store for this job (collective under mpi4py and torchrun at rank 0).
     mpi_comm: the communicator of a job of some of the launched ranks (init(comm=...)); port_offset:
     such a job's torchrun store port lies this far above the default."""
-    from pyhorovod import _core
+    rdv = _find_store(info, config, env, mpi_comm, port_offset)
+    forget_secret(env)
+    return rdv
 
+
+def _find_store(info, config, env: Mapping[str, str], mpi_comm, port_offset: int) -> Rendezvous:
     addr = first(env, ["PYHOROVOD_STORE_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR"])
     port_var = "PYHOROVOD_STORE_PORT" if get_str(env, "PYHOROVOD_STORE_PORT") else "HOROVOD_GLOO_RENDEZVOUS_PORT"
     port = get_int(env, port_var, minimum=1)
@@ -148,7 +184,7 @@ def locate(info, config, env: Mapping[str, str], mpi_comm=None, port_offset: int
 
     if info.size == 1:
         secret = secret or secrets.token_hex(16).encode()
-        server = _core.TcpStoreServer(LOOPBACK, 0, secret)
+        server = host_store(LOOPBACK, 0, secret, env)
         return Rendezvous(LOOPBACK, server.port, secret, "private", server)
 
     if info.source == "torchrun":
@@ -161,20 +197,21 @@ def locate(info, config, env: Mapping[str, str], mpi_comm=None, port_offset: int
         if secret is None:
             job = f"pyhorovod-torchrun:{master}:{master_port}:{get_str(env, 'TORCHELASTIC_RUN_ID') or ''}"
             secret = hashlib.sha256(job.encode()).hexdigest().encode()
-            log.info("pyhorovod: no PYHOROVOD_SECRET set; the store secret is derived from the job id "
-                     "(unauthenticated, like torch.distributed's store)")
-        server = _core.TcpStoreServer(host, store_port, secret) if info.rank == 0 else None
+            if info.rank == 0 and info.local_size != info.size:
+                log.warning(DERIVED_SECRET_HINT)
+            else:
+                log.info("pyhorovod: no PYHOROVOD_SECRET set; the store secret is derived from the job id "
+                         "(unauthenticated, like torch.distributed's store)")
+        server = host_store(host, store_port, secret, env) if info.rank == 0 else None
         return Rendezvous(host, store_port, secret, "torchrun", server)
 
     if info.source in ("openmpi", "pmi"):
-        return _share_via_mpi(info, config, port, mpi_comm)
+        return _share_via_mpi(info, config, port, env, mpi_comm)
 
     raise _no_store_error(info.source)
 
 
-def _share_via_mpi(info, config, port: Optional[int], comm=None) -> Rendezvous:
-    from pyhorovod import _core
-
+def _share_via_mpi(info, config, port: Optional[int], env: Mapping[str, str], comm=None) -> Rendezvous:
     try:
         from mpi4py import MPI
     except ImportError:
@@ -190,7 +227,7 @@ def _share_via_mpi(info, config, port: Optional[int], comm=None) -> Rendezvous:
         try:
             host = bind_address(info.local_size, info.size, config.iface, None)
             secret = secrets.token_hex(16)
-            server = _core.TcpStoreServer(host, port or 0, secret.encode())
+            server = host_store(host, port or 0, secret.encode(), env)
             record = {"host": host, "port": server.port, "secret": secret}
         except Exception as e:  # noqa: BLE001 -- forwarded to every rank, then re-raised here
             record = {"error": f"rank 0 could not host the rendezvous store: {e}"}

@@ -33,7 +33,7 @@ class StoreProcess:
     """The rendezvous store in its own process, so that its memory can be watched."""
 
     def __init__(self, secret: str, lifetime_s: float = 300):
-        # stderr (a warning per refused stranger) is dropped: thousands of lines, all expected.
+        # stderr (warnings about refused strangers, throttled) is dropped: all expected.
         self.proc = subprocess.Popen([sys.executable, "-c", STORE, secret, str(lifetime_s)],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                      env=clean_env(), cwd=ROOT)
@@ -111,7 +111,7 @@ def attack_store(port, secret, store, stop, stats):
         stranger.bad_hello(host, port, stranger.ROLE_STORE_CLIENT, magic=0x12345678),
         stranger.bad_hello(host, port, stranger.ROLE_STORE_CLIENT, version=2)]
     loris = stranger.SlowLoris(host, port, 20)
-    stats["store_loris_closed"] = loris  # checked by the test (closed by the store after its 10 s limit)
+    stats["store_loris_closed"] = loris  # checked by the test (closed by the store after its 2 s handshake deadline)
     # With the secret: frames that claim absurd lengths, or carry a bad magic, are refused at once.
     before = store.rss_kb()
     refused = []
@@ -160,6 +160,10 @@ def test_strangers_at_every_port_do_not_affect_the_job(tmp_path, size):
         before, after = stats["store_rss_kb"]
         assert after - before < 16 * 1024, f"store RSS grew {before} -> {after} KiB after oversized claims"
         assert stats["store_loris_closed"].closed_by_peer(15) == 20, "the store kept silent connections open"
+        # Refusal warnings are throttled (5 per 10 s window, then a counted summary), not one per stranger.
+        for res in results:
+            full = [l for l in res.stderr.splitlines() if "refusing connection from" in l and "more like this" not in l]
+            assert len(full) <= 10, f"rank {res.rank}: {len(full)} refusal warnings"
         print(f"MEASURED strangers: {len(stats['refused'])} refused at rank listeners, "
               f"{stats['fuzz']} fuzz connections to them, {stats['store_fuzz']} to the store; store RSS "
               f"{before} -> {after} KiB after claims of 4 GiB; job exact ({counts} iterations)")

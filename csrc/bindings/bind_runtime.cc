@@ -115,10 +115,19 @@ py::dict build_info() {
 void register_store(py::module_& m) {
   py::class_<TcpStoreServer>(m, "TcpStoreServer",
                              "The rendezvous key/value store, hosted by the launcher or rank 0 (background thread).")
-      .def(py::init([](const std::string& host, int port, py::bytes secret) {
-             return std::make_unique<TcpStoreServer>(host, port, std::string(secret));
+      .def(py::init([](const std::string& host, int port, py::bytes secret, size_t max_value_bytes,
+                       size_t max_total_bytes, double handshake_s, size_t max_connections) {
+             StoreLimits limits;
+             limits.max_value_bytes = max_value_bytes;
+             limits.max_total_bytes = max_total_bytes;
+             limits.handshake_s = handshake_s;
+             limits.max_connections = max_connections;
+             return std::make_unique<TcpStoreServer>(host, port, std::string(secret), limits);
            }),
-           py::arg("host"), py::arg("port"), py::arg("secret"))
+           py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("max_value_bytes") = StoreLimits{}.max_value_bytes,
+           py::arg("max_total_bytes") = StoreLimits{}.max_total_bytes,
+           py::arg("handshake_s") = StoreLimits{}.handshake_s,
+           py::arg("max_connections") = StoreLimits{}.max_connections)
       .def_property_readonly("port", &TcpStoreServer::port)
       .def("close", &TcpStoreServer::close, py::call_guard<py::gil_scoped_release>());
 

@@ -9,6 +9,16 @@
 //   response = magic "PHVR" u32 | status u32 | body_len u32 | 0 u32 | value i64 | body
 // body_len, nkeys and every key length are checked against fixed caps before anything is allocated.
 // get and wait block in the server (the reply is deferred) until the keys exist or the timeout passes.
+//
+// Under pressure (StoreLimits): the server holds at most min(max_connections, a quarter of the
+// process's RLIMIT_NOFILE soft limit) connections -- the store often lives in rank 0's training
+// process, whose files and sockets need the other three quarters; beyond that, new connections wait in
+// the kernel's backlog. A connection that has not completed the handshake within handshake_s is closed.
+// When accept() runs out of descriptors (EMFILE, ENFILE) the listening socket is left alone for a short
+// pause instead of being polled in a busy loop. A SET whose value exceeds max_value_bytes, a SET or ADD
+// that would take the stored keys and values (plus requests in transit) beyond max_total_bytes, or a read
+// whose keys do not fit beside the requests in transit, is answered with an error naming the limit and
+// is read and discarded, never buffered.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -27,10 +37,18 @@ constexpr uint32_t kStoreMaxKeys = 4096;
 constexpr uint32_t kStoreMaxKeyBytes = 4096;
 constexpr const char* kStoreContext = "phv-store";
 
+// Defaults equal pyhorovod/_config.py's (PYHOROVOD_STORE_* variables).
+struct StoreLimits {
+  size_t max_connections = 4096;
+  double handshake_s = 2;               // PYHOROVOD_STORE_HANDSHAKE_SECONDS
+  size_t max_value_bytes = 1u << 20;    // PYHOROVOD_STORE_MAX_VALUE_BYTES (at most kStoreMaxBody)
+  size_t max_total_bytes = 64u << 20;   // PYHOROVOD_STORE_MAX_BYTES: keys + values + 64 bytes per key
+};
+
 class TcpStoreServer {
  public:
   // Listens on host:port (0: any free port) and serves from a background thread until close().
-  TcpStoreServer(const std::string& host, int port, const std::string& secret);
+  TcpStoreServer(const std::string& host, int port, const std::string& secret, StoreLimits limits = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -47,6 +65,7 @@ class TcpStoreServer {
   std::string host_;
   int port_ = 0;
   std::string secret_;
+  StoreLimits limits_;
   Fd listen_fd_;
   Fd wake_fd_;  // eventfd: close() wakes the poll loop
   std::thread thread_;

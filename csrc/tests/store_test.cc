@@ -69,13 +69,19 @@ int main() {
   MemoryStore mem;
   semantics(mem, mem, "memory store");
 
-  TcpStoreServer server("127.0.0.1", 0, "s3cret");
+  StoreLimits limits;
+  limits.max_value_bytes = 6 << 20;  // semantics() stores 5 MiB
+  TcpStoreServer server("127.0.0.1", 0, "s3cret", limits);
   CHECK(server.port() > 0);
   {
     TcpStoreClient client("127.0.0.1", server.port(), "s3cret", 5);
     TcpStoreClient client2("127.0.0.1", server.port(), "s3cret", 5);
     semantics(client, client2, "tcp store");
     CHECK(client.get("a", 1).empty());
+    // Over the value limit: refused with the limit's name, and the connection stays usable.
+    expect_error("value over the limit", ErrorKind::INVALID_ARGUMENT, {"PYHOROVOD_STORE_MAX_VALUE_BYTES", "6291456"},
+                 [&] { client.set("huge", std::string(7 << 20, 'h')); });
+    CHECK(!client.check("huge") && client.get("big", 1).size() == (5u << 20));
 
     // Many clients adding concurrently: every increment is counted exactly once.
     std::vector<std::thread> threads;

@@ -83,6 +83,17 @@ void random_bytes(void* out, size_t len) {
   }
 }
 
+const char* const kDuplicateRankHint =
+    "another process holds the job secret and claims that rank: the same rank started twice, or, with "
+    "torchrun and no PYHOROVOD_SECRET, any local process (that secret derives from MASTER_ADDR:MASTER_PORT); "
+    "give every rank a real secret with PYHOROVOD_SECRET or PYHOROVOD_SECRET_FILE";
+
+std::string duplicate_rank_notice() {
+  std::string notice(kServerProofBytes, '\0');
+  for (int i = 0; i < 4; ++i) notice[i] = char(kDuplicateRankMagic >> (8 * i));
+  return notice;
+}
+
 const char* role_name(HandshakeRole role) {
   switch (role) {
     case HandshakeRole::STORE_SERVER: return "store server";
@@ -152,8 +163,13 @@ HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std
                 " failed: the peer closed the connection after our proof (different job secret?)");
   }
   std::string expect = mac(secret, "phv-server", context, server_hello, client_hello);
-  if (!digest_equal(reinterpret_cast<const uint8_t*>(expect.data()), proof, 32))
+  if (!digest_equal(reinterpret_cast<const uint8_t*>(expect.data()), proof, 32)) {
+    if (std::string(reinterpret_cast<char*>(proof), sizeof(proof)) == duplicate_rank_notice())
+      throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: it already has a connection from a "
+                  "process claiming to be rank ", me.rank, ", which is us: two processes claim rank ", me.rank,
+                  "; ", kDuplicateRankHint);
     throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: its proof does not match our secret");
+  }
   return peer;
 }
 

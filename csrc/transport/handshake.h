@@ -58,6 +58,15 @@ HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std
                                     HandshakeIdentity me, HandshakeRole expected_role, int expected_rank,
                                     Deadline deadline, const std::string& who);
 
+// What an acceptor sends instead of its ServerProof when the connector proved the secret but claims a
+// rank that is already connected: "PHVD" and zeros (a proof that matches it is a 2^-256 chance). The
+// connector then fails saying that two processes claim its rank, not that the secrets differ.
+constexpr uint32_t kDuplicateRankMagic = 0x44564850;  // "PHVD"
+std::string duplicate_rank_notice();
+
+// Says how an impostor could hold the secret: the first thing to check when two processes claim a rank.
+extern const char* const kDuplicateRankHint;
+
 // Fresh random bytes from the kernel (getrandom).
 void random_bytes(void* out, size_t len);
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/log_throttle.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
 
@@ -30,6 +31,7 @@ struct Acceptor {
   std::vector<MeshConnection>* out;
   std::atomic<size_t>* rejected;
   std::string error;  // set on failure
+  ErrorKind error_kind = ErrorKind::TIMEOUT;
   std::atomic<bool> cancel{false};  // the connecting side failed: give up early
 
   void run() {
@@ -41,10 +43,16 @@ struct Acceptor {
       Deadline until;
     };
     std::vector<Pending> pending;
+    std::vector<std::string> peer_addr(opt.rank);  // where each connected rank came from
     int missing = opt.rank;
     std::string context = opt.store_prefix;
+    LogThrottle warnings("rank " + std::to_string(opt.rank), 5, 10);  // strangers may connect by the thousand
+    struct FlushAtExit {
+      LogThrottle& w;
+      ~FlushAtExit() { w.flush(Clock::now(), true); }
+    } flush_at_exit{warnings};
     auto refuse = [&](Pending& p, const std::string& why) {
-      log(LogLevel::WARNING, "rank ", opt.rank, ": refusing connection from ", p.addr, ": ", why);
+      warnings.warn("refusing connection from " + p.addr + ": " + why);
       if (rejected) ++*rejected;
       p.fd.reset();
     };
@@ -72,6 +80,7 @@ struct Acceptor {
       }
       ::poll(fds.data(), fds.size(), poll_timeout_ms(next, 200));
       now = Clock::now();
+      warnings.flush(now);
       if (fds[0].revents & POLLIN) {
         for (;;) {
           Pending p;
@@ -100,13 +109,24 @@ struct Acceptor {
             std::string proof, why;
             if (!p.hs->verify(reinterpret_cast<const uint8_t*>(p.in.data()), &peer, &proof, &why)) {
               refuse(p, why);
-            } else if (peer.role != HandshakeRole::TRANSPORT || peer.rank < 0 || peer.rank >= opt.rank ||
+            } else if (peer.role == HandshakeRole::TRANSPORT && peer.rank >= 0 && peer.rank < opt.rank &&
                        (*out)[peer.rank].fd.valid()) {
+              // Both proved the secret: one of them is not the rank it claims. Which one cannot be told,
+              // so the mesh is not trusted: the set-up fails here and, told why, on the second claimant.
+              std::string notice = duplicate_rank_notice();
+              (void)!::send(p.fd.get(), notice.data(), notice.size(), MSG_NOSIGNAL);
+              error = "two connections claim to be rank " + std::to_string(peer.rank) + " (first from " +
+                      peer_addr[peer.rank] + ", then from " + p.addr + "): " + kDuplicateRankHint;
+              error_kind = ErrorKind::INTERNAL;
+              log(LogLevel::ERROR, "rank ", opt.rank, ": ", error);
+              return;
+            } else if (peer.role != HandshakeRole::TRANSPORT || peer.rank < 0 || peer.rank >= opt.rank) {
               refuse(p, "unexpected peer (" + std::string(role_name(peer.role)) + " rank " +
                             std::to_string(peer.rank) + ")");
             } else {
               try {
                 send_all(p.fd.get(), proof.data(), proof.size(), p.until, p.addr);
+                peer_addr[peer.rank] = p.addr;
                 (*out)[peer.rank] = MeshConnection{std::move(p.fd), p.addr};
                 --missing;
               } catch (const HvdError& e) {
@@ -145,9 +165,14 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
     set_buffer_sizes(listener.get(), opt.socket_buffer_bytes);  // inherited by accepted sockets
   }
   std::string my_addr = opt.rank > 0 ? join_host_port(published_host(opt.bind_host), local_port(listener.get())) : "";
+  // Every rank claims its rank once per set-up: a second claim means two processes believe they are it.
+  int64_t claims = store.add(opt.store_prefix + "/tcp/claim/" + std::to_string(opt.rank), 1);
+  if (claims != 1)
+    throw_error(ErrorKind::INTERNAL, "rank ", opt.rank, ": another process has already claimed rank ", opt.rank,
+                " at the rendezvous (", claims, " claims): ", kDuplicateRankHint);
   store.set(key_base + std::to_string(opt.rank), my_addr);
 
-  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", false};
+  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", ErrorKind::TIMEOUT, false};
   std::thread accept_thread;
   if (opt.rank > 0) accept_thread = std::thread([&] { acceptor.run(); });
 
@@ -178,7 +203,7 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
   }
   if (!connect_error.empty()) throw HvdError(connect_kind, connect_error);
   if (!acceptor.error.empty())
-    throw_error(ErrorKind::TIMEOUT, "rank ", opt.rank, ": ", acceptor.error, " (listening on ", my_addr, ")");
+    throw_error(acceptor.error_kind, "rank ", opt.rank, ": ", acceptor.error, " (listening on ", my_addr, ")");
   return conns;
 }
 

@@ -6,7 +6,9 @@ One *attempt* = one start of all ranks. The launcher
      (`_core.TcpStoreServer`) on a free port of `bind_host` (loopback when all ranks are local);
   2. starts local ranks directly and remote ranks through the rsh agent (ssh; see remote.py), each in its
      own process group (so that a signal reaches the rank's children too), with the rank variables in
-     its environment and the secret in the environment or in a 0600 file -- never on a command line;
+     its environment and the secret in the environment or in a 0600 file -- never on a command line
+     (the file is one per rank, in a 0700 directory under $XDG_RUNTIME_DIR or the temp directory;
+     each rank deletes its file once read, the launcher the directory at exit);
   3. relays output with `[rank]<stdout>:` prefixes (output.py);
   4. watches: the first rank to exit non-zero or die fails the attempt; the others get SIGTERM, then
      SIGKILL after `kill_grace_s`; ranks that have not reached rendezvous (the ready key below) within
@@ -95,17 +97,22 @@ def start_store(bind_host: str, secret: bytes):
         from pyhorovod import _core
     except ImportError as e:
         raise RuntimeError(f"pyhorovod._core is not built ({e}); run `make build` or `pip install .`") from None
-    return _core.TcpStoreServer(bind_host, 0, secret)
+    from pyhorovod._rendezvous import host_store
+    return host_store(bind_host, 0, secret, os.environ)
 
 
-def write_secret_file(secret_hex: str) -> str:
-    """A fresh 0700 directory with a 0600 file holding the secret; returns the file's path."""
-    directory = tempfile.mkdtemp(prefix="pyhorovod-")
-    path = os.path.join(directory, "secret")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secret_hex)
-    return path
+def write_secret_files(secret_hex: str, ranks: Sequence[int]) -> str:
+    """A fresh 0700 directory with a 0600 file "secret.<rank>" per rank holding the secret; returns the
+    directory. A rank deletes its own file once read (PYHOROVOD_SECRET_FILE_ONCE), so that a launcher
+    killed by SIGKILL leaves no secret behind once its ranks have started."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = runtime if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) else None
+    directory = tempfile.mkdtemp(prefix="pyhorovod-", dir=base)
+    for rank in ranks:
+        fd = os.open(os.path.join(directory, f"secret.{rank}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret_hex)
+    return directory
 
 
 class Attempt:
@@ -117,7 +124,7 @@ class Attempt:
         self.ranks: List[RankProcess] = []
         self.wake = threading.Event()
         self.interrupt: Optional[int] = None   # signal number received by the launcher
-        self._secret_path: Optional[str] = None
+        self._secret_dir: Optional[str] = None
 
     # ---- starting ---------------------------------------------------------------------------------
     def _spawn(self, slot: SlotInfo, job_env: Dict[str, str], secret_hex: str) -> RankProcess:
@@ -141,9 +148,11 @@ class Attempt:
             env = dict(os.environ)
             env.pop("PYHOROVOD_SECRET", None)
             env.pop("PYHOROVOD_SECRET_FILE", None)
+            env.pop("PYHOROVOD_SECRET_FILE_ONCE", None)
             env.update(job_env)
-            if self._secret_path:
-                env["PYHOROVOD_SECRET_FILE"] = self._secret_path
+            if self._secret_dir:
+                env["PYHOROVOD_SECRET_FILE"] = os.path.join(self._secret_dir, f"secret.{slot.rank}")
+                env["PYHOROVOD_SECRET_FILE_ONCE"] = "1"
             else:
                 env["PYHOROVOD_SECRET"] = secret_hex
             argv = list(opts.command)
@@ -165,7 +174,8 @@ class Attempt:
             output.emit(f"store on {opts.bind_host}:{store.port}; {len(opts.slots)} ranks; "
                         f"restart {self.restart}", verbose_only=True, verbose=opts.verbose)
             if opts.secret_in_file:
-                self._secret_path = write_secret_file(secret_hex)
+                self._secret_dir = write_secret_files(
+                    secret_hex, [s.rank for s in opts.slots if s.hostname in opts.local_hosts])
             for slot in opts.slots:
                 job_env = rank_env(slot, opts.bind_host, store.port, self.restart, opts.env)
                 try:
@@ -178,8 +188,8 @@ class Attempt:
         finally:
             self._stop_all(signal.SIGTERM)
             store.close()
-            if self._secret_path:
-                shutil.rmtree(os.path.dirname(self._secret_path), ignore_errors=True)
+            if self._secret_dir:
+                shutil.rmtree(self._secret_dir, ignore_errors=True)
 
     # ---- watching ---------------------------------------------------------------------------------
     def _watch(self, store_port: int, secret: bytes) -> Outcome:

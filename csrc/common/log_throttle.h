@@ -1,0 +1,38 @@
+// Warnings that a stranger can trigger at will (one per refused connection) are rate-limited: in each
+// window of `interval_s`, the first `burst` lines are logged; the rest are only counted, and one summary
+// line with the count and the latest message follows when the window ends (at the next warn() or
+// flush() after it).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "common/types.h"
+
+namespace phv {
+
+class LogThrottle {
+ public:
+  LogThrottle(std::string prefix, size_t burst, double interval_s)
+      : prefix_(std::move(prefix)), burst_(burst), interval_(to_duration(interval_s)) {}
+
+  void warn(const std::string& text);
+  // Call now and then: emits a due summary (force: any pending one, e.g. before the owner goes away).
+  void flush(Deadline now, bool force = false);
+  size_t suppressed_total() const { return suppressed_total_; }
+
+ private:
+  static Clock::duration to_duration(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  std::string prefix_;
+  size_t burst_;
+  Clock::duration interval_;
+  Deadline window_start_{};
+  size_t logged_ = 0;      // lines logged in the current window
+  size_t suppressed_ = 0;  // lines counted but not logged in the current window
+  size_t suppressed_total_ = 0;
+  std::string latest_;
+};
+
+}  // namespace phv

@@ -221,6 +221,7 @@ def _entry(handle: int) -> _Entry:
     if entry is None:
         if handle in _cancelled:
             raise HorovodInternalError(f"handle {handle} was cancelled by pyhorovod.shutdown()")
+        basics.engine()  # raises when not initialized (in a forked child too): that says more
         raise ValueError(f"unknown or already synchronized handle {handle!r}")
     return entry
 
@@ -268,7 +269,19 @@ def _drop_all():
         _sync_names_busy.clear()
 
 
+def _forget_after_fork():
+    """In a forked child: the parent's requests are not ours to wait for (their buffers are the child's
+    copies, nobody writes them); the lock may have been held by a parent thread at the fork."""
+    global _lock
+    _lock = threading.Lock()
+    _handles.clear()
+    _orphans.clear()
+    _auto_names.clear()
+    _sync_names_busy.clear()
+
+
 basics.on_shutdown(_drop_all)
+basics.on_fork_child(_forget_after_fork)
 
 
 def barrier(process_set_id: int = 0, timeout=None) -> None:

@@ -5,8 +5,17 @@ Engine. Each init of a process is a "generation": ranks call init/shutdown in th
 generation number namespaces the store keys (a second init never sees the first one's keys). The
 rendezvous (and the store that rank 0 may host) lives for the whole process, so a re-init under mpirun
 or torchrun needs no new broadcast or port. shutdown() is also registered with atexit.
+
+os.fork() of an initialized process: the child gets copies of the engine's sockets and shared memory but
+not its threads, so it must never use them (a message it sent would corrupt the parent's stream) and never
+run the engine's shutdown (which waits for the missing thread, then closes what the parent still uses).
+_forget_after_fork() runs in the child: it abandons the engine and the hosted store without calling into
+them (they are leaked, see _leak), so the child is not initialized, exits at once, and its collectives
+raise ValueError. rank()/size()/... keep answering with the parent's values (a DataLoader worker may
+shard its data by them). init() in the child may start a new job, but not rejoin the parent's.
 """
 import atexit
+import ctypes
 import logging
 import os
 import threading
@@ -30,11 +39,32 @@ class _State:
         self.atexit_registered = False
         self.shutdown_hooks: List[Callable[[], None]] = []
         self.init_hooks: List[Callable[[], None]] = []
+        self.fork_hooks: List[Callable[[], None]] = []
+        self.job: Optional[tuple] = None   # _job_membership of the live engine
+        # Set in a child forked from an initialized process: the parent's pid (until the child's own
+        # init()) and the parent's job membership (the job the child must not join).
+        self.forked_from: Optional[int] = None
+        self.parent_job: Optional[tuple] = None
 
 
 _state = _State()
 
 NOT_INITIALIZED = "pyhorovod has not been initialized; use pyhorovod.init()."
+# Variables that say where a job meets: two processes with the same rank, size and these are one rank.
+_JOB_VARIABLES = ("PYHOROVOD_STORE_ADDR", "PYHOROVOD_STORE_PORT", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                  "HOROVOD_GLOO_RENDEZVOUS_PORT", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _job_membership(info: _bootstrap.RankInfo, env) -> tuple:
+    return (info.rank, info.size) + tuple(env.get(name) for name in _JOB_VARIABLES)
+
+
+def _not_initialized_message() -> str:
+    if _state.forked_from is None:
+        return NOT_INITIALIZED
+    return (f"pyhorovod is not initialized in this process (pid {os.getpid()}): it was forked from pid "
+            f"{_state.forked_from}, which is initialized, and the engine does not survive a fork. Run "
+            f"collectives in the parent, or call pyhorovod.init() here with the rank variables of a new job.")
 
 
 def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
@@ -51,6 +81,12 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
         config = Config.from_env(env)
         config.dynamic_process_sets = config.dynamic_process_sets or dynamic_process_sets
         info = _bootstrap.discover(env)
+        if _state.parent_job is not None and info.size > 1 and _job_membership(info, env) == _state.parent_job:
+            raise ValueError(
+                f"pyhorovod.init() in a process forked from rank {info.rank} of {info.size} (pid "
+                f"{_state.forked_from}): its environment still names the parent's job, which the child "
+                f"would join as a second rank {info.rank}. Give the child the rank variables of a new job "
+                f"(or none, for a job of its own), or run the collectives in the parent.")
         if _state.rendezvous is None:
             with translated():
                 _state.rendezvous = _rendezvous.locate(info, config, env)
@@ -74,6 +110,7 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
             from pyhorovod import _core
             engine = _core.Engine(opts)
         _state.engine, _state.info, _state.config = engine, info, config
+        _state.job, _state.forked_from = _job_membership(info, env), None
         if not _state.atexit_registered:
             atexit.register(_atexit_shutdown)
             _state.atexit_registered = True
@@ -117,6 +154,42 @@ def on_init(hook: Callable[[], None]) -> None:
     _state.init_hooks.append(hook)
 
 
+def on_fork_child(hook: Callable[[], None]) -> None:
+    """hook runs in a child forked from an initialized process, after the engine was abandoned: it drops
+    the state that belonged to the parent's engine. It must not wait on locks the parent held (only the
+    forking thread survives a fork): replace them."""
+    _state.fork_hooks.append(hook)
+
+
+# Objects of the parent's engine that a forked child must never destroy: their destructors join threads
+# that do not exist in the child and close sockets and shared memory the parent still uses. Each gets one
+# reference that is never released, so neither garbage collection nor interpreter exit frees it.
+def _leak(obj) -> None:
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _forget_after_fork() -> None:
+    # Runs in the forked child (os.register_at_fork), in its only thread.
+    _state.lock = threading.RLock()   # another parent thread may have held it at the fork
+    engine, rdv = _state.engine, _state.rendezvous
+    if rdv is not None and rdv.server is not None:
+        _leak(rdv.server)   # the store rank 0 hosts: its thread stays in the parent
+        rdv.server = None
+    _state.rendezvous = None   # a new job in the child finds its own store
+    _state.generation = 0
+    _state.parent_job = _state.job or _state.parent_job
+    if engine is None:
+        return
+    _leak(engine)
+    _state.engine = None
+    _state.forked_from = os.getppid()
+    for hook in list(_state.fork_hooks):
+        hook()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def is_initialized() -> bool:
     return _state.engine is not None
 
@@ -125,12 +198,12 @@ def engine():
     """The live Engine; ValueError (as Horovod) when init() has not been called."""
     e = _state.engine
     if e is None:
-        raise ValueError(NOT_INITIALIZED)
+        raise ValueError(_not_initialized_message())
     return e
 
 
 def _info() -> _bootstrap.RankInfo:
-    if _state.engine is None:
+    if _state.engine is None and _state.forked_from is None:
         raise ValueError(NOT_INITIALIZED)
     return _state.info
 

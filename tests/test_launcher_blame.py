@@ -54,3 +54,42 @@ def test_a_killed_rank_is_blamed_not_the_peers_that_lost_it(tmp_path):
         assert wait_gone(pids, 5) == [], r
     finally:
         kill_leftovers(pids)
+
+
+STOPPED = """
+import os, signal, sys
+import numpy as np
+import pyhorovod as hvd
+hvd.init()
+print(f"pid {os.getpid()}", flush=True)
+catch = sys.argv[1] == "catch"
+for step in range(100000):
+    if hvd.rank() == 1 and step == 20:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        hvd.allreduce(np.ones(1000, np.float32), name="g")
+    except hvd.HorovodInternalError as e:
+        if not catch:
+            raise
+        print(f"rank {hvd.rank()} giving up: {e}", file=sys.stderr, flush=True)
+        sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("survivors", ["catch", "raise"])
+def test_a_stopped_rank_is_blamed_not_the_survivors_that_timed_out_on_it(tmp_path, survivors):
+    # The survivors' errors name rank 1 ("first failure: rank 1 reported no error"), however they exit:
+    # with a traceback of their own, or a bare exit code after printing the error.
+    script = write_script(tmp_path, "stopped.py", STOPPED)
+    r = run_launcher(["-np", "3", "python", script, survivors], timeout=120,
+                     env={"PYHOROVOD_TIMEOUT_SECONDS": "5"})
+    pids = [int(p) for p in re.findall(r"<stdout>:pid (\d+)", r.stdout)]
+    try:
+        assert r.returncode == (3 if survivors == "catch" else 1), r
+        assert re.search(r"job failed: rank 1 \(host localhost, pid \d+\) stopped responding \(rank\(s\) "
+                         r"\[(0|2|0, 2)\] name it as the first failure\) and was stopped by the launcher$",
+                         r.stderr.strip()), r
+        assert r.elapsed < 60, r
+        assert wait_gone(pids, 5) == [], r   # the stopped rank too: SIGKILL ends a stopped process
+    finally:
+        kill_leftovers(pids)

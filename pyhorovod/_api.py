@@ -93,7 +93,8 @@ def new_group_id() -> int:
 
 
 def check_reduce(op: int, dtype: int, prescale: float, postscale: float) -> None:
-    """ValueError for reductions the core cannot do (raised before anything is enqueued)."""
+    """ValueError for reductions the core cannot do, or would round silently: a fractional scale of an
+    integer tensor (raised before anything is enqueued). Integer Average itself truncates toward zero."""
     if op == Adasum:
         raise ValueError("op=Adasum is not supported by pyhorovod (Sum, Average, Min, Max, Product are)")
     if op not in REDUCE_OPS:
@@ -104,6 +105,14 @@ def check_reduce(op: int, dtype: int, prescale: float, postscale: float) -> None
                              "for and)")
         if prescale != 1.0 or postscale != 1.0:
             raise ValueError("prescale_factor/postscale_factor must be 1 for bool tensors")
+    elif dtype not in FLOAT_CODES:
+        # An integer tensor is scaled in its own type, truncating toward zero: a fractional factor
+        # would silently lose most of the value (1 * 0.5 gives 0).
+        for name, factor in (("prescale_factor", prescale), ("postscale_factor", postscale)):
+            if not float(factor).is_integer():
+                raise ValueError(f"{name}={factor!r} is not a whole number, so it cannot scale an integer "
+                                 f"({CODE_NAMES.get(dtype, dtype)}) tensor exactly; use a floating-point tensor "
+                                 f"or a whole factor")
 
 
 def resolve_op(op, average) -> int:

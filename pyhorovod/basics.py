@@ -191,6 +191,8 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def is_initialized() -> bool:
+    """True while this process has a live engine: False before init(), after shutdown(), and in a
+    child forked from an initialized process (until the child's own init())."""
     return _state.engine is not None
 
 

@@ -3,6 +3,7 @@ the others' collectives fail too ("has been shut down (rank 1 shut down)"), and 
 *before* it (it is still in its atexit shutdown). The launcher must still name the cause, and show its
 traceback last."""
 import re
+import time
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_a_killed_rank_is_blamed_not_the_peers_that_lost_it(tmp_path):
 
 
 STOPPED = """
-import os, signal, sys
+import os, signal, sys, time
 import numpy as np
 import pyhorovod as hvd
 hvd.init()
@@ -65,6 +66,7 @@ print(f"pid {os.getpid()}", flush=True)
 catch = sys.argv[1] == "catch"
 for step in range(100000):
     if hvd.rank() == 1 and step == 20:
+        print(f"stopping at {time.time()}", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
     try:
         hvd.allreduce(np.ones(1000, np.float32), name="g")
@@ -83,6 +85,7 @@ def test_a_stopped_rank_is_blamed_not_the_survivors_that_timed_out_on_it(tmp_pat
     script = write_script(tmp_path, "stopped.py", STOPPED)
     r = run_launcher(["-np", "3", "python", script, survivors], timeout=120,
                      env={"PYHOROVOD_TIMEOUT_SECONDS": "5"})
+    ended = time.time()
     pids = [int(p) for p in re.findall(r"<stdout>:pid (\d+)", r.stdout)]
     try:
         assert r.returncode == (3 if survivors == "catch" else 1), r
@@ -91,5 +94,8 @@ def test_a_stopped_rank_is_blamed_not_the_survivors_that_timed_out_on_it(tmp_pat
                          r.stderr.strip()), r
         assert r.elapsed < 60, r
         assert wait_gone(pids, 5) == [], r   # the stopped rank too: SIGKILL ends a stopped process
+        stopped_at = float(re.search(r"<stdout>:stopping at ([\d.]+)", r.stdout).group(1))
+        print(f"MEASURED launcher blame, rank 1 SIGSTOPped, survivors {survivors}: launcher done "
+              f"{ended - stopped_at:.2f} s after the stop (deadline 5 s), blaming rank 1")
     finally:
         kill_leftovers(pids)

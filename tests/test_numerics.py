@@ -60,6 +60,8 @@ def test_a_fractional_scale_on_an_integer_tensor_is_a_value_error(use_torch):
         pytest.importorskip("torch")
     for r in run_ranks(body_fractional_scales, 2, timeout=180, args=(use_torch,)):
         assert r.value == [], r.value
+    print(f"MEASURED fractional scale on integer tensors ({'torch' if use_torch else 'numpy'}): "
+          f"ValueError for {len(INT_DTYPES) * 5 * 3} calls on each of 2 ranks, before anything is sent")
 
 
 # Each rank's integers: negative and positive, sums that are and are not multiples of the size.

@@ -10,14 +10,16 @@ os.fork() of an initialized process: the child gets copies of the engine's socke
 not its threads, so it must never use them (a message it sent would corrupt the parent's stream) and never
 run the engine's shutdown (which waits for the missing thread, then closes what the parent still uses).
 _forget_after_fork() runs in the child: it abandons the engine and the hosted store without calling into
-them (they are leaked, see _leak), so the child is not initialized, exits at once, and its collectives
-raise ValueError. rank()/size()/... keep answering with the parent's values (a DataLoader worker may
+them (they are leaked, see _leak) and closes its own copies of their sockets (so that the peers still see
+the parent's connections close when the parent dies), so the child is not initialized, exits at once, and
+its collectives raise ValueError. rank()/size()/... keep answering with the parent's values (a DataLoader worker may
 shard its data by them). init() in the child may start a new job, but not rejoin the parent's.
 """
 import atexit
 import ctypes
 import logging
 import os
+import stat
 import threading
 from typing import Callable, List, Optional
 
@@ -41,6 +43,7 @@ class _State:
         self.init_hooks: List[Callable[[], None]] = []
         self.fork_hooks: List[Callable[[], None]] = []
         self.job: Optional[tuple] = None   # _job_membership of the live engine
+        self.sockets: set = set()          # _open_sockets() that init() opened (store, mesh, store server)
         # Set in a child forked from an initialized process: the parent's pid (until the child's own
         # init()) and the parent's job membership (the job the child must not join).
         self.forked_from: Optional[int] = None
@@ -77,6 +80,7 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
     with _state.lock:
         if _state.engine is not None:
             return
+        sockets_before = _open_sockets()
         env = os.environ if env is None else env
         config = Config.from_env(env)
         config.dynamic_process_sets = config.dynamic_process_sets or dynamic_process_sets
@@ -111,6 +115,7 @@ def init(process_sets=None, env=None, dynamic_process_sets=False) -> None:
             engine = _core.Engine(opts)
         _state.engine, _state.info, _state.config = engine, info, config
         _state.job, _state.forked_from = _job_membership(info, env), None
+        _state.sockets |= _open_sockets() - sockets_before
         if not _state.atexit_registered:
             atexit.register(_atexit_shutdown)
             _state.atexit_registered = True
@@ -168,10 +173,36 @@ def _leak(obj) -> None:
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
+def _open_sockets() -> set:
+    """(fd, st_dev, st_ino) of this process's open sockets (Linux; elsewhere empty). The inode tells a
+    socket from a later one that reuses its number."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            found.add((int(name), st.st_dev, st.st_ino))
+    return found
+
+
+def _close_inherited_sockets() -> None:
+    # close() of a forked copy only drops the child's reference (shutdown(2) would cut the parent's).
+    for fd, dev, ino in _state.sockets & _open_sockets():
+        os.close(fd)
+    _state.sockets = set()
+
+
 def _forget_after_fork() -> None:
     # Runs in the forked child (os.register_at_fork), in its only thread.
     _state.lock = threading.RLock()   # another parent thread may have held it at the fork
     engine, rdv = _state.engine, _state.rendezvous
+    _close_inherited_sockets()
     if rdv is not None and rdv.server is not None:
         _leak(rdv.server)   # the store rank 0 hosts: its thread stays in the parent
         rdv.server = None

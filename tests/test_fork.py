@@ -3,11 +3,15 @@ shared memory but not its threads: it must see pyhorovod as not initialized, exi
 error from a collective, never disturb the parent's job, and may start a job of its own. Fork-based
 workers (multiprocessing, torch DataLoader) keep working, and see the parent's rank."""
 import json
+import os
 import re
+import signal
+import time
 
 import pytest
 
-from runner_util import run_launcher, write_script
+from mp import run_ranks
+from runner_util import kill_leftovers, run_launcher, write_script
 
 SCRIPT = """
 import json, os, sys, time
@@ -147,3 +151,39 @@ def test_fork_pool_and_dataloader_workers_see_the_parents_rank_and_are_not_initi
         loaders = [v for k, v in results if k == rank and v["who"] == "loader"]
         want = [[[i * 10 + rank, 0] for i in range(b, b + 4)] for b in (0, 4)]
         assert loaders == [{"who": "loader", "batches": want}], r
+
+
+def body_parent_dies_while_its_child_lives():
+    import numpy as np
+    import pyhorovod as hvd
+    hvd.init()
+    hvd.allreduce(np.ones(4, np.float32), name="before")
+    if hvd.rank() == 0:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)   # a long-lived worker, holding whatever it inherited
+            os._exit(0)
+        print(f"child {pid} killing at {time.time()}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        while True:
+            hvd.allreduce(np.ones(4, np.float32), name="after")
+    except hvd.HorovodInternalError as e:
+        return {"at": time.time(), "error": str(e)}
+
+
+def test_the_peers_notice_a_dead_parent_while_its_forked_child_lives():
+    # The child closes its copies of the parent's sockets: were they open, the peers would not see the
+    # parent's connections close until the child exited (here: never within the test).
+    results = run_ranks(body_parent_dies_while_its_child_lives, 2, timeout=90, check=False, grace=40,
+                        collective_timeout=30)
+    found = re.search(r"child (\d+) killing at ([\d.]+)", results[0].stdout)
+    try:
+        assert results[0].returncode == -signal.SIGKILL and found, results
+        assert results[1].returncode == 0 and results[1].value is not None, results
+        assert "rank 0" in results[1].value["error"], results
+        seconds = results[1].value["at"] - float(found.group(2))
+        assert seconds < 10, results   # about 1 s (the failure board's wait); 30 s were the deadline
+        print(f"MEASURED parent rank killed while its forked child lives: peer raised after {seconds:.2f} s")
+    finally:
+        kill_leftovers([int(found.group(1))] if found else [])

@@ -193,6 +193,8 @@ def _open_sockets() -> set:
 
 def _close_inherited_sockets() -> None:
     # close() of a forked copy only drops the child's reference (shutdown(2) would cut the parent's).
+    if not _state.sockets:
+        return   # never initialized (e.g. the launcher's own forks): nothing to look at
     for fd, dev, ino in _state.sockets & _open_sockets():
         os.close(fd)
     _state.sockets = set()

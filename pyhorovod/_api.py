@@ -103,7 +103,8 @@ def new_group_id() -> int:
 
 
 def check_reduce(op: int, dtype: int, prescale: float, postscale: float) -> None:
-    """ValueError for reductions the core cannot do (raised before anything is enqueued)."""
+    """ValueError for reductions the core cannot do, or would round silently: a fractional scale of an
+    integer tensor (raised before anything is enqueued). Integer Average itself truncates toward zero."""
     if op == Adasum:
         raise ValueError("op=Adasum is not supported by pyhorovod (Sum, Average, Min, Max, Product are)")
     if op not in REDUCE_OPS:
@@ -114,6 +115,14 @@ def check_reduce(op: int, dtype: int, prescale: float, postscale: float) -> None
                              "for and)")
         if prescale != 1.0 or postscale != 1.0:
             raise ValueError("prescale_factor/postscale_factor must be 1 for bool tensors")
+    elif dtype not in FLOAT_CODES:
+        # An integer tensor is scaled in its own type, truncating toward zero: a fractional factor
+        # would silently lose most of the value (1 * 0.5 gives 0).
+        for name, factor in (("prescale_factor", prescale), ("postscale_factor", postscale)):
+            if not float(factor).is_integer():
+                raise ValueError(f"{name}={factor!r} is not a whole number, so it cannot scale an integer "
+                                 f"({CODE_NAMES.get(dtype, dtype)}) tensor exactly; use a floating-point tensor "
+                                 f"or a whole factor")
 
 
 def resolve_op(op, average) -> int:
@@ -292,6 +301,7 @@ def _entry(handle: int) -> _Entry:
     if entry is None:
         if handle in _cancelled:
             raise HorovodInternalError(f"handle {handle} was cancelled by pyhorovod.shutdown()")
+        basics.engine()  # raises when not initialized (in a forked child too): that says more
         raise ValueError(f"unknown or already synchronized handle {handle!r}")
     return entry
 
@@ -342,7 +352,19 @@ def _drop_all():
         _unnamed_by_thread.clear()
 
 
+def _forget_after_fork():
+    """In a forked child: the parent's requests are not ours to wait for (their buffers are the child's
+    copies, nobody writes them); the lock may have been held by a parent thread at the fork."""
+    global _lock
+    _lock = threading.Lock()
+    _handles.clear()
+    _orphans.clear()
+    _auto_names.clear()
+    _sync_names_busy.clear()
+
+
 basics.on_shutdown(_drop_all)
+basics.on_fork_child(_forget_after_fork)
 
 
 def barrier(process_set_id: int = 0, timeout=None) -> None:

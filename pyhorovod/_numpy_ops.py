@@ -173,7 +173,9 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, dtype=None, timeout=None):
-    """Reduction over all ranks of the set (default op: Average, as Horovod), into a new array."""
+    """Reduction over all ranks of the set (default op: Average, as Horovod), into a new array. On integer
+    arrays Average is the sum divided by the set's size truncated toward zero (-11 / 2 gives -5), and
+    prescale_factor/postscale_factor must be whole numbers (else ValueError)."""
     return _allreduce_sync(tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
                            dtype, timeout)
 

@@ -5,10 +5,21 @@ Engine. Each init of a process is a "generation": ranks call init/shutdown in th
 generation number namespaces the store keys (a second init never sees the first one's keys). The
 rendezvous (and the store that rank 0 may host) lives for the whole process, so a re-init under mpirun
 or torchrun needs no new broadcast or port. shutdown() is also registered with atexit.
+
+os.fork() of an initialized process: the child gets copies of the engine's sockets and shared memory but
+not its threads, so it must never use them (a message it sent would corrupt the parent's stream) and never
+run the engine's shutdown (which waits for the missing thread, then closes what the parent still uses).
+_forget_after_fork() runs in the child: it abandons the engine and the hosted store without calling into
+them (they are leaked, see _leak) and closes its own copies of their sockets (so that the peers still see
+the parent's connections close when the parent dies), so the child is not initialized, exits at once, and
+its collectives raise ValueError. rank()/size()/... keep answering with the parent's values (a DataLoader worker may
+shard its data by them). init() in the child may start a new job, but not rejoin the parent's.
 """
 import atexit
+import ctypes
 import logging
 import os
+import stat
 import threading
 from typing import Callable, Dict, List, Optional
 
@@ -33,11 +44,33 @@ class _State:
         self.atexit_registered = False
         self.shutdown_hooks: List[Callable[[], None]] = []
         self.init_hooks: List[Callable[[], None]] = []
+        self.fork_hooks: List[Callable[[], None]] = []
+        self.job: Optional[tuple] = None   # _job_membership of the live engine
+        self.sockets: set = set()          # _open_sockets() that init() opened (store, mesh, store server)
+        # Set in a child forked from an initialized process: the parent's pid (until the child's own
+        # init()) and the parent's job membership (the job the child must not join).
+        self.forked_from: Optional[int] = None
+        self.parent_job: Optional[tuple] = None
 
 
 _state = _State()
 
 NOT_INITIALIZED = "pyhorovod has not been initialized; use pyhorovod.init()."
+# Variables that say where a job meets: two processes with the same rank, size and these are one rank.
+_JOB_VARIABLES = ("PYHOROVOD_STORE_ADDR", "PYHOROVOD_STORE_PORT", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                  "HOROVOD_GLOO_RENDEZVOUS_PORT", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _job_membership(info: _bootstrap.RankInfo, env) -> tuple:
+    return (info.rank, info.size) + tuple(env.get(name) for name in _JOB_VARIABLES)
+
+
+def _not_initialized_message() -> str:
+    if _state.forked_from is None:
+        return NOT_INITIALIZED
+    return (f"pyhorovod is not initialized in this process (pid {os.getpid()}): it was forked from pid "
+            f"{_state.forked_from}, which is initialized, and the engine does not survive a fork. Run "
+            f"collectives in the parent, or call pyhorovod.init() here with the rank variables of a new job.")
 
 
 def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> None:
@@ -51,10 +84,17 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
     with _state.lock:
         if _state.engine is not None:
             return
+        sockets_before = _open_sockets()
         env = os.environ if env is None else env
         config = Config.from_env(env)
         config.dynamic_process_sets = config.dynamic_process_sets or dynamic_process_sets
         info = _bootstrap.discover(env)
+        if _state.parent_job is not None and info.size > 1 and _job_membership(info, env) == _state.parent_job:
+            raise ValueError(
+                f"pyhorovod.init() in a process forked from rank {info.rank} of {info.size} (pid "
+                f"{_state.forked_from}): its environment still names the parent's job, which the child "
+                f"would join as a second rank {info.rank}. Give the child the rank variables of a new job "
+                f"(or none, for a job of its own), or run the collectives in the parent.")
         members = None if comm is None else _comm.members_of(comm, info.size)
         job = _comm.tag(members)
         if members is not None:
@@ -86,6 +126,8 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
             from pyhorovod import _core
             engine = _core.Engine(opts)
         _state.engine, _state.info, _state.config, _state.comm = engine, info, config, comm
+        _state.job, _state.forked_from = _job_membership(info, env), None
+        _state.sockets |= _open_sockets() - sockets_before
         if not _state.atexit_registered:
             atexit.register(_atexit_shutdown)
             _state.atexit_registered = True
@@ -140,7 +182,74 @@ def init_comm():
     return _state.comm
 
 
+def on_fork_child(hook: Callable[[], None]) -> None:
+    """hook runs in a child forked from an initialized process, after the engine was abandoned: it drops
+    the state that belonged to the parent's engine. It must not wait on locks the parent held (only the
+    forking thread survives a fork): replace them."""
+    _state.fork_hooks.append(hook)
+
+
+# Objects of the parent's engine that a forked child must never destroy: their destructors join threads
+# that do not exist in the child and close sockets and shared memory the parent still uses. Each gets one
+# reference that is never released, so neither garbage collection nor interpreter exit frees it.
+def _leak(obj) -> None:
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _open_sockets() -> set:
+    """(fd, st_dev, st_ino) of this process's open sockets (Linux; elsewhere empty). The inode tells a
+    socket from a later one that reuses its number."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            found.add((int(name), st.st_dev, st.st_ino))
+    return found
+
+
+def _close_inherited_sockets() -> None:
+    # close() of a forked copy only drops the child's reference (shutdown(2) would cut the parent's).
+    if not _state.sockets:
+        return   # never initialized (e.g. the launcher's own forks): nothing to look at
+    for fd, dev, ino in _state.sockets & _open_sockets():
+        os.close(fd)
+    _state.sockets = set()
+
+
+def _forget_after_fork() -> None:
+    # Runs in the forked child (os.register_at_fork), in its only thread.
+    _state.lock = threading.RLock()   # another parent thread may have held it at the fork
+    engine = _state.engine
+    _close_inherited_sockets()
+    for rdv in _state.rendezvous.values():
+        if rdv.server is not None:
+            _leak(rdv.server)   # a store this rank hosts: its thread stays in the parent
+            rdv.server = None
+    _state.rendezvous = {}   # a new job in the child finds its own store
+    _state.generation = {}
+    _state.parent_job = _state.job or _state.parent_job
+    if engine is None:
+        return
+    _leak(engine)
+    _state.engine = None
+    _state.forked_from = os.getppid()
+    for hook in list(_state.fork_hooks):
+        hook()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def is_initialized() -> bool:
+    """True while this process has a live engine: False before init(), after shutdown(), and in a
+    child forked from an initialized process (until the child's own init())."""
     return _state.engine is not None
 
 
@@ -148,12 +257,12 @@ def engine():
     """The live Engine; ValueError (as Horovod) when init() has not been called."""
     e = _state.engine
     if e is None:
-        raise ValueError(NOT_INITIALIZED)
+        raise ValueError(_not_initialized_message())
     return e
 
 
 def _info() -> _bootstrap.RankInfo:
-    if _state.engine is None:
+    if _state.engine is None and _state.forked_from is None:
         raise ValueError(NOT_INITIALIZED)
     return _state.info
 

@@ -87,6 +87,7 @@ def _on_shutdown():
 
 basics.on_init(_on_engine_start)
 basics.on_shutdown(_on_shutdown)
+basics.on_fork_child(_on_shutdown)
 
 
 def as_process_sets(items) -> List[ProcessSet]:

@@ -3,8 +3,9 @@
 Every rank can build every other rank's input (a pure function of rank, count, dtype, op), so each rank
 checks its own result against the reduction computed locally. Inputs are small integers, so sums,
 products, minima and maxima are exact in every dtype, float16 and bfloat16 included; only Average over
-floats rounds (compared with a tolerance of about one unit in the last place). Integer Average is
-truncation toward zero of sum * (1/size) in double, the contract of scale_buffer (csrc/common/reduce.h).
+floats rounds (compared with a tolerance of about one unit in the last place). Integer Average is the
+sum divided by size, truncated toward zero (for these sizes the same as trunc(sum * (1/size)) in double);
+other integer scaling multiplies in double and truncates (scale_buffer, csrc/common/reduce.h).
 
 bfloat16 has no numpy dtype here: its arrays are uint16 bit patterns passed with dtype="bfloat16". One
 float16 variant takes the same path (uint16 bits, dtype="float16") to test the explicit-dtype route.

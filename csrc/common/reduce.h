@@ -19,9 +19,9 @@ void reduce_to(void* out, const void* a, const void* b, size_t count, DataType d
 // float64 SUM are fused into one loop; other types reduce and scale cache-sized blocks in turn.
 void reduce_scale_into(void* dst, const void* src, size_t count, DataType dt, ReduceOp op, double factor);
 
-// buf[i] *= factor. Floating types multiply in their widened type (float32 for 16-bit floats,
-// double for float64); integer types multiply in double and truncate toward zero; BOOL is rejected
-// unless factor == 1. factor == 1 is a no-op.
+// buf[i] *= factor. Floating types multiply in their widened type (float32 for 16-bit floats, double
+// for float64); integer types divide by d when factor is exactly 1/d, else multiply in double, and
+// truncate toward zero either way; BOOL is rejected unless factor == 1. factor == 1 is a no-op.
 void scale_buffer(void* buf, size_t count, DataType dt, double factor);
 
 // 16-bit float conversions used by the kernels and the tests.

@@ -1,5 +1,6 @@
 // scale_buffer (common/reduce.h): prescale / postscale factors and AVERAGE's 1/size.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "common/error.h"
@@ -11,10 +12,23 @@ using namespace f16;
 
 namespace {
 
+// d when factor is exactly 1/d for an integer d >= 2 (AVERAGE's 1/size), else 0.
+int64_t reciprocal_divisor(double factor) {
+  if (!(factor > 0.0 && factor < 1.0)) return 0;
+  double d = std::round(1.0 / factor);
+  return (d <= 2147483647.0 && 1.0 / d == factor) ? static_cast<int64_t>(d) : 0;
+}
+
 template <class T>
 void scale_int(T* p, size_t n, double factor) {
-  // Multiply in double, truncate toward zero; values outside T's range saturate (a plain cast would be
-  // undefined behaviour).
+  // A factor 1/d divides by d in integers (C++ division truncates toward zero): multiplying by the
+  // rounded 1/d is not exact (49 * (1.0 / 49) is 0.99999999999999989, which would truncate to 0).
+  if (int64_t d = reciprocal_divisor(factor)) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<int64_t>(p[i]) / d);
+    return;
+  }
+  // Otherwise multiply in double, truncate toward zero; values outside T's range saturate (a plain cast
+  // would be undefined behaviour).
   constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
   constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
   for (size_t i = 0; i < n; ++i) {

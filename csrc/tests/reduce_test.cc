@@ -258,6 +258,23 @@ void test_scale() {
   std::vector<int16_t> i16 = {1000, -3};
   scale_buffer(i16.data(), i16.size(), DataType::INT16, 1.0 / 3.0);
   CHECK(i16[0] == 333 && i16[1] == -1, "int16 %d %d", i16[0], i16[1]);
+  // 1/d factors (AVERAGE over d ranks) divide exactly: multiplying by 1.0 / 49 would give 48 for 49 * 49.
+  for (int d : {2, 3, 5, 7, 49, 98, 1000}) {
+    std::vector<int32_t> m;
+    for (int k = -300; k <= 300; ++k) m.push_back(k * d + (k % 3) * (d - 1) / 2);  // multiples and between
+    std::vector<int32_t> want(m.size());
+    for (size_t i = 0; i < m.size(); ++i) want[i] = m[i] / d;  // C++ division: truncation toward zero
+    std::vector<int64_t> m64(m.begin(), m.end());
+    scale_buffer(m.data(), m.size(), DataType::INT32, 1.0 / d);
+    scale_buffer(m64.data(), m64.size(), DataType::INT64, 1.0 / d);
+    for (size_t i = 0; i < m.size(); ++i)
+      CHECK(m[i] == want[i] && m64[i] == want[i], "int / %d: got %d and %lld, want %d", d, m[i],
+            (long long)m64[i], want[i]);
+  }
+  std::vector<int64_t> big = {(int64_t(1) << 62) + 3, -(int64_t(1) << 62) - 3};  // beyond double's 53 bits
+  scale_buffer(big.data(), big.size(), DataType::INT64, 1.0 / 3.0);
+  CHECK(big[0] == ((int64_t(1) << 62) + 3) / 3 && big[1] == -(((int64_t(1) << 62) + 3) / 3),
+        "int64 / 3 exact: %lld %lld", (long long)big[0], (long long)big[1]);
   for (size_t n : kLens) {
     std::vector<float> f(n);
     std::vector<double> d(n);

@@ -234,9 +234,17 @@ class Attempt:
         # that fail a millisecond apart may reach the launcher in either order.
         timed = [(r.consequential(), r.failure_time(), r.slot.rank, r) for r in self.ranks
                  if r.failure_time() is not None]
+        # A rank that failed without a sign of its own (SIGSTOPped, hung: the launcher had to stop it)
+        # counts as a cause from the moment the first rank's errors named it.
+        silent = self._silent_ranks([t[3] for t in timed])
+        timed += [(False, when, rank.slot.rank, rank) for rank, (when, _) in silent.items()]
         first = min(timed, key=lambda x: x[:3])[3] if timed else trigger
         if first is not trigger:
-            if first.stopped_by_launcher:  # e.g. still in its atexit shutdown when the others had gone
+            if first in silent:
+                what = (f"rank {first.slot.rank} (host {first.slot.hostname}, pid {first.proc.pid}) stopped "
+                        f"responding (rank(s) {silent[first][1]} name it as the first failure) and was stopped "
+                        f"by the launcher")
+            elif first.stopped_by_launcher:  # e.g. still in its atexit shutdown when the others had gone
                 what = (f"rank {first.slot.rank} (host {first.slot.hostname}, pid {first.proc.pid}) failed "
                         f"first and was stopped while exiting")
             else:
@@ -249,6 +257,19 @@ class Attempt:
                         + output.indent(tail.splitlines(keepends=True)).rstrip("\n"))
         code = first.exit_status() if not first.stopped_by_launcher else trigger.exit_status()
         return Outcome(code or 1, what, restartable=True, failed_rank=first.slot.rank)
+
+    def _silent_ranks(self, failed: List[RankProcess]) -> Dict[RankProcess, tuple]:
+        """Ranks without a failure of their own that the errors of `failed` name as the first failure:
+        {rank: (when the first of those errors began, [ranks naming it])}."""
+        by_rank = {r.slot.rank: r for r in self.ranks}
+        named: Dict[RankProcess, tuple] = {}
+        for r in failed:
+            target = by_rank.get(r.silent_rank())
+            if target is None or target.failure_time() is not None:
+                continue
+            when, by = named.get(target, (r.failure_time(), []))
+            named[target] = (min(when, r.failure_time()), sorted(by + [r.slot.rank]))
+        return named
 
     def _stop_all(self, sig: int) -> None:
         """sig to every running rank's group, SIGKILL after the grace period, then drain their output."""

@@ -12,6 +12,9 @@ import time
 from typing import BinaryIO, Deque, Dict, List, Optional, Tuple
 
 TAIL_LINES = 60
+# How a collective error names a rank that fell silent (csrc/engine/failure_board.cc): it published no
+# error of its own because it is stopped, hung, dead or cut off.
+_SILENT_FIRST_FAILURE = re.compile(rb"\[first failure: rank (\d+) reported no error")
 
 _write_lock = threading.Lock()  # whole lines from different ranks never interleave
 
@@ -38,6 +41,7 @@ class StreamPump:
         self._timestamp = timestamp
         self.tail: Deque[bytes] = collections.deque(maxlen=TAIL_LINES)
         self.first_traceback: Optional[float] = None  # monotonic time of the first Python traceback line
+        self.silent_rank: Optional[int] = None  # the first rank a line of ours named as a silent first failure
         self._log: Optional[BinaryIO] = None
         if log_path is not None:
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -56,6 +60,9 @@ class StreamPump:
                 self.tail.append(line)
                 if self.first_traceback is None and line.startswith(b"Traceback (most recent call last):"):
                     self.first_traceback = time.monotonic()
+                if self.silent_rank is None and b"[first failure: rank " in line:
+                    named = _SILENT_FIRST_FAILURE.search(line)
+                    self.silent_rank = int(named.group(1)) if named else None
                 with _write_lock:
                     try:
                         self._sink.write(line_prefix(self.rank, self.name, self._timestamp) + line)

@@ -114,8 +114,17 @@ class RankProcess:
             times.append(self.exit_time)
         return min(times) if times else None
 
+    def silent_rank(self) -> Optional[int]:
+        """The other rank this rank's collective errors name as the first failure that reported nothing
+        (stopped, hung, dead or cut off), if they name one."""
+        named = [p.silent_rank for p in self.pumps if p.silent_rank not in (None, self.slot.rank)]
+        return named[0] if named else None
+
     def consequential(self) -> bool:
-        """Whether this rank died of a collective error (HorovodInternalError, its subclasses): usually
-        the echo of another rank's failure ("has been shut down (rank 1 shut down)"), not a cause."""
+        """Whether this rank died of a collective error (HorovodInternalError, its subclasses), or its
+        output names another rank as the first failure: usually the echo of another rank's failure
+        ("has been shut down (rank 1 shut down)"), not a cause -- however the script then exits."""
+        if self.silent_rank() is not None:
+            return True
         lines = [l for l in self.pumps[1].tail_text().splitlines() if l.strip()]
         return bool(lines) and _COLLECTIVE_ERROR.match(lines[-1]) is not None

@@ -71,7 +71,8 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """A new tensor holding the reduction of `tensor` over the ranks of the set (default op: Average).
-    `compression` is applied to the transfer (e.g. Compression.fp16). Differentiable."""
+    `compression` is applied to the transfer (e.g. Compression.fp16). Differentiable. Integer tensors: Average
+    truncates toward zero, and the scale factors must be whole numbers (else ValueError)."""
     op = cv.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     out = HorovodAllreduce.apply(compressed, name, op, float(prescale_factor), float(postscale_factor),

@@ -212,9 +212,10 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """`pyhorovod SUBCOMMAND ...`: `run` (the launcher) or `sweep` (pyhorovod.scaling.sweep)."""
+    """`pyhorovod SUBCOMMAND ...`: `run` (the launcher), `sweep` (pyhorovod.scaling.sweep) or
+    `horovodrun-alias` (the opt-in `horovodrun` command: pyhorovod/runner/horovodrun_alias.py)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pyhorovod {run,sweep} ...   (pyhorovod run --help)"
+    usage = "usage: pyhorovod {run,sweep,horovodrun-alias} ...   (pyhorovod run --help)"
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
         return 0 if argv else 2
@@ -228,6 +229,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"pyhorovod sweep is not available: {e}", file=sys.stderr)
             return 2
         return sweep_main(rest)
+    if sub == "horovodrun-alias":
+        from .horovodrun_alias import main as alias_main
+        return alias_main(rest)
     if sub in ("--check-build", "-cb"):
         return check_build()
     if sub in ("--version", "-v"):

@@ -262,7 +262,7 @@ def _claim_unnamed(engine, keys) -> None:
                 continue
             for h, their_keys in list(handles.items()):
                 entry = _handles.get(h)
-                if entry is None or all(engine.poll(eh) for eh in entry.engine_handles):
+                if entry is None or _completed(engine, entry):
                     del handles[h]  # completed: no longer in the way
                 elif their_keys & set(keys):
                     clash.extend(their_keys & set(keys))
@@ -276,6 +276,15 @@ def _claim_unnamed(engine, keys) -> None:
             f"unnamed {OP_TYPE_NAMES.get(op_type, 'collective')} is still running: ranks pair unnamed calls "
             f"by their order, which differs between ranks when several threads make them; give each "
             f"thread's collectives their own name= (the same on every rank)")
+
+
+def _completed(engine, entry: _Entry) -> bool:
+    """Has every request of the entry completed? (A request its thread is just synchronizing is gone from
+    the engine already: that counts as completed.)"""
+    try:
+        return all(engine.poll(eh) for eh in entry.engine_handles)
+    except Exception:  # noqa: BLE001 -- the engine no longer knows the handle: waited for, so done
+        return True
 
 
 def _auto_name(engine, op_type: int, process_set: int) -> str:

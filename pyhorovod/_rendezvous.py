@@ -61,7 +61,22 @@ class Rendezvous:
             self.server = None
 
 
+# The job secret as this process last read it. The variables leave os.environ once read (forget_secret),
+# so a later locate() in this process -- another job of init(comm=...) on the same store -- finds it here.
+_remembered_secret: Optional[bytes] = None
+
+
 def read_secret(env: Mapping[str, str]) -> Optional[bytes]:
+    global _remembered_secret
+    secret = _secret_from(env)
+    if secret is not None:
+        _remembered_secret = secret
+    elif env is os.environ:
+        secret = _remembered_secret
+    return secret
+
+
+def _secret_from(env: Mapping[str, str]) -> Optional[bytes]:
     text = get_str(env, "PYHOROVOD_SECRET")
     if text is not None:
         return text.encode()

@@ -227,7 +227,6 @@ def bad_arguments():
         "reducescatter bool average": lambda: hvd.reducescatter(np.ones(4, bool)),
         "unregistered process set": lambda: hvd.allreduce(a, process_set=hvd.ProcessSet([0])),
         "unknown handle": lambda: hvd.synchronize(987654),
-        "init(comm=...)": lambda: hvd.init(comm=[0]),
     }
     if size > 1:
         cases["alltoall uneven without splits"] = lambda: hvd.alltoall(np.ones(size + 1))

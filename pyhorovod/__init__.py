@@ -8,7 +8,7 @@ The framework-free API (numpy arrays and buffer-protocol objects) mirrors horovo
 
 PyTorch users import pyhorovod.torch instead. Differences from Horovod are noted in the docstrings
 (pyhorovod/_numpy_ops.py): no compression= here, a dtype= keyword for bfloat16 bit patterns, process-set
-relative root ranks, no Adasum.
+relative root ranks, Adasum also at world sizes that are not a power of two.
 """
 from pyhorovod import _api, _core, basics, process_sets as _process_sets
 from pyhorovod._api import Adasum, Average, Max, Min, Product, Sum, poll, synchronize

@@ -69,6 +69,7 @@ class Executor {
   Timeline& timeline_;
   std::vector<uint8_t> fusion_;  // grows to the largest unit, never shrinks: no allocation per cycle
   std::vector<size_t> sizes_;
+  std::vector<size_t> counts_;  // elements per request of a fused Adasum unit
   std::atomic<GpuBackend*> gpu_{nullptr};
 };
 

@@ -7,7 +7,8 @@ Paired and interleaved: every rank process runs both ops; each round times `iter
 one op, then of the other (the order alternates between rounds), each after a barrier. A call's time is
 the slowest rank's. Reported per op: the median busbw over rounds (busbw = size * 2(n-1)/n / time, the
 nccl-tests allreduce figure, for both ops: Adasum's halving moves the same bytes as the ring), and the
-median of the per-round ratios Adasum/Sum. Sum runs on zeros in place (a sum of data grows without bound
+median of the per-round ratios Adasum/Sum, and the CPU time per call (the busiest rank's median; it
+does not stretch with the machine's load as wall time does). Sum runs on zeros in place (a sum of data grows without bound
 over the calls); Adasum on random data per rank (after the first call all ranks hold the same vector,
 which Adasum then returns unchanged, so the values stay bounded; the cost does not depend on the values).
 """
@@ -39,10 +40,11 @@ def worker(args):
     for rnd in range(args.rounds):
         for op in (OPS if rnd % 2 == 0 else OPS[::-1]):
             be.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(args.iters):
                 be.comm.allreduce(bufs[op], be.c.FLOAT32, codes[op], TIMEOUT_S)
-            C.emit({"rank": be.rank, "round": rnd, "op": op, "t": (time.perf_counter() - t0) / args.iters})
+            C.emit({"rank": be.rank, "round": rnd, "op": op, "t": (time.perf_counter() - t0) / args.iters,
+                    "cpu": (time.process_time() - c0) / args.iters})
     be.close()
 
 
@@ -55,18 +57,20 @@ def drive(args):
                 "--rounds", str(args.rounds), "--iters", str(args.iters)]
         group = [(argv, C.python_env(dict(common, BENCH_RANK=str(r)))) for r in range(n)]
         recs = C.run_records(group, args.timeout, f"adasum n={n}")
-        slowest = {}
+        slowest, cpu = {}, {}
         for rec in recs:
             key = (rec["round"], rec["op"])
             slowest[key] = max(slowest.get(key, 0.0), rec["t"])
+            cpu[key] = max(cpu.get(key, 0.0), rec["cpu"])
         bus = args.size * 2 * (n - 1) / n
         busbw = {op: [bus / slowest[(r, op)] / 1e9 for r in range(args.rounds)] for op in OPS}
         paired = [slowest[(r, "Sum")] / slowest[(r, "Adasum")] for r in range(args.rounds)]
         rows.append([str(n), C.fmt_size(args.size), f"{C.median(busbw['Sum']):.2f}",
                      f"{C.median(busbw['Adasum']):.2f}", f"{C.median(paired):.2f}",
+                     " / ".join(f"{1e3 * C.median([cpu[(r, op)] for r in range(args.rounds)]):.1f}" for op in OPS),
                      " ".join(f"{x:.2f}" for x in paired)])
     C.print_table(["n", "size", "Sum busbw GB/s", "Adasum busbw GB/s", "Adasum/Sum (paired median)",
-                   "per-round ratios"], rows)
+                   "CPU ms per call Sum / Adasum", "per-round ratios"], rows)
 
 
 def main():

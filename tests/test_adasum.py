@@ -142,6 +142,12 @@ def test_adasum_allreduce(size):
     assert all(res.value >= 30 for res in results), [res.value for res in results]
 
 
+def test_adasum_allreduce_over_tcp():
+    """The same with shared memory off: every message over TCP loopback (3 ranks: the fold too)."""
+    results = run_ranks(body_allreduce, 3, timeout=240, env={"PYHOROVOD_SHM": "0"})
+    assert all(res.value >= 30 for res in results), [res.value for res in results]
+
+
 def test_adasum_process_sets():
     results = run_ranks(body_process_set, 5, timeout=120)
     assert [res.value for res in results] == [2] * 5

@@ -104,7 +104,7 @@ def body_local_errors():
 @pytest.mark.parametrize("size", [1, 3])
 def test_bad_arguments_are_value_errors_before_anything_is_sent(size):
     results = run_ranks(body_local_errors, size, timeout=90)
-    assert results[0].value == 29
+    assert results[0].value == 30
 
 
 # ------------------------------------------------------------------ disagreements across ranks

@@ -1,6 +1,8 @@
 // Runs one agreed unit (a single request, or several fused allreduces) on this rank's Comm of the set:
 // copies into and out of the fusion buffer, applies prescale/postscale (AVERAGE = SUM then 1/size),
 // calls the algorithm, and fills each request's Result. Never writes to an out-of-place request's input.
+// A fused Adasum unit passes the requests' element counts to adasum_allreduce, whose dot products are
+// per request (per tensor), not over the fusion buffer.
 //
 // A rank that has joined and lacks some of the unit's requests (entry.op == nullptr) contributes the
 // reduction's identity for them and discards the result.

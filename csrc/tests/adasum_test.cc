@@ -4,13 +4,15 @@
 // d = 1, 2, ..), rounded to the tensor's type after each combination as the algorithm stores it.
 // Exact cases: orthogonal vectors (disjoint supports) add, equal vectors come back unchanged (averaged).
 // Several tensors in one buffer take their dot products per tensor; all ranks end with the same bits;
-// process-set communicators (a subset of the ranks) and the kernels' zero-vector rule.
+// process-set communicators (a subset of the ranks), the kernels' zero-vector rule, and the engine's
+// refusal of Adasum on CUDA tensors, integer tensors and in reducescatter.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "algorithms/algorithms.h"
 #include "common/adasum.h"
+#include "engine/validate.h"
 #include "tests/collective_harness.h"
 
 using namespace phv;
@@ -179,10 +181,45 @@ void check_kernels() {
   }
 }
 
+// The engine refuses Adasum where it has no algorithm for it: CUDA tensors, integer tensors, reducescatter.
+void check_validation() {
+  float data[4] = {1, 2, 3, 4};
+  auto refused = [&](OpType type, DataType dt, int device, const char* text) {
+    Request req;
+    req.type = type;
+    req.name = "t";
+    req.dtype = dt;
+    req.shape = {4};
+    req.input = data;
+    req.output = data;
+    req.reduce_op = ReduceOp::ADASUM;
+    req.device = device;
+    try {
+      validate_request(req, 2);
+    } catch (const HvdError& e) {
+      CHECK(e.kind() == ErrorKind::INVALID_ARGUMENT && std::strstr(e.what(), text) != nullptr,
+            "Adasum refused with '%s', want '%s'", e.what(), text);
+      return;
+    }
+    CHECK(false, "Adasum accepted (%s, %s, device %d)", op_type_name(type), dtype_name(dt), device);
+  };
+  refused(OpType::ALLREDUCE, DataType::FLOAT32, 0, "host tensors only");
+  refused(OpType::ALLREDUCE, DataType::INT32, -1, "needs a float16");
+  refused(OpType::REDUCESCATTER, DataType::FLOAT32, -1, "allreduce");
+  Request ok;
+  ok.name = "t";
+  ok.shape = {4};
+  ok.input = data;
+  ok.output = data;
+  ok.reduce_op = ReduceOp::ADASUM;
+  CHECK(validate_request(ok, 2).op == ReduceOp::ADASUM, "a host float32 Adasum allreduce is accepted");
+}
+
 }  // namespace
 
 int main() {
   check_kernels();
+  check_validation();
   const std::vector<size_t> one_tensor{1029};
   const std::vector<size_t> several{5, 0, 17, 1, 64, 3};  // boundaries fall inside the halves
   for (int p : {1, 2, 3, 4, 5, 6, 7, 8}) {

@@ -9,9 +9,10 @@ step() therefore
      parameter, started together so that the engine may fuse them; dot products stay per tensor), and
   4. sets parameter = start + reduced delta.
 The allreduce runs in step(), after backward, so it does not overlap backward as gradient allreduce does.
-Gradients are left as the local backward passes accumulated them (backward_passes_per_step only checks
-how many passes ran). At one rank (or a process set of one) step() is the wrapped optimizer's step. Ranks
-outside the process set take local steps.
+Gradients are left as the local backward passes accumulated them (backward_passes_per_step is kept for
+the API: the step happens when the script calls step()); groups= and sparse_as_dense= do not apply (each
+change is one dense request). At one rank (or a process set of one) step() is the wrapped optimizer's
+step. Ranks outside the process set take local steps.
 """
 import warnings
 

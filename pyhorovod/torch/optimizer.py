@@ -357,7 +357,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          warmup_epochs=None, steps_per_epoch=None, measure_noise_scale=False):
     """Wraps `optimizer` so that step() uses gradients averaged over the ranks of `process_set`.
     Arguments as horovod.torch.DistributedOptimizer, plus the LR scaling and noise-scale options above
-    (batch_size: the local batch of one backward pass)."""
+    (batch_size: the local batch of one backward pass). op=Adasum reduces each step's parameter change
+    instead (pyhorovod/torch/adasum_optimizer.py)."""
     from pyhorovod.torch._lr_policy import LrPolicy
     from pyhorovod.torch.noise_tap import NoiseScaleTap
 

@@ -82,6 +82,11 @@ def body_allreduce():
             got = dt.values(hvd.allreduce(mine[t], op=hvd.Adasum, name=f"one.{dt.name}.{t}", **kw))
             check_close(got, want[t], dt.name, f"allreduce {dt.name} count={counts[t]}")
             checks += 1
+        # small tensors under one name, repeated: cached requests (the inline path would apply to Sum)
+        for _ in range(3):
+            got = dt.values(hvd.allreduce(mine[0], op=hvd.Adasum, name=f"small.{dt.name}", **kw))
+            check_close(got, want[0], dt.name, f"repeated allreduce {dt.name} count={counts[0]}")
+            checks += 1
         # grouped: one request per tensor, reduced together, dot products per tensor
         outs = hvd.grouped_allreduce(mine, op=hvd.Adasum, name=f"group.{dt.name}", **kw)
         for t, out in enumerate(outs):
@@ -139,13 +144,13 @@ def body_process_set():
 @pytest.mark.parametrize("size", WORLD_SIZES)
 def test_adasum_allreduce(size):
     results = run_ranks(body_allreduce, size, timeout=240)
-    assert all(res.value >= 30 for res in results), [res.value for res in results]
+    assert all(res.value >= 40 for res in results), [res.value for res in results]
 
 
 def test_adasum_allreduce_over_tcp():
     """The same with shared memory off: every message over TCP loopback (3 ranks: the fold too)."""
     results = run_ranks(body_allreduce, 3, timeout=240, env={"PYHOROVOD_SHM": "0"})
-    assert all(res.value >= 30 for res in results), [res.value for res in results]
+    assert all(res.value >= 40 for res in results), [res.value for res in results]
 
 
 def test_adasum_process_sets():

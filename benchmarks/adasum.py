@@ -62,7 +62,7 @@ def drive(args):
             key = (rec["round"], rec["op"])
             slowest[key] = max(slowest.get(key, 0.0), rec["t"])
             cpu[key] = max(cpu.get(key, 0.0), rec["cpu"])
-        bus = args.size * 2 * (n - 1) / n
+        bus = args.size * C.bus_factor("allreduce", n)
         busbw = {op: [bus / slowest[(r, op)] / 1e9 for r in range(args.rounds)] for op in OPS}
         paired = [slowest[(r, "Sum")] / slowest[(r, "Adasum")] for r in range(args.rounds)]
         rows.append([str(n), C.fmt_size(args.size), f"{C.median(busbw['Sum']):.2f}",

@@ -7,8 +7,9 @@ The framework-free API (numpy arrays and buffer-protocol objects) mirrors horovo
     total = hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum)
 
 PyTorch users import pyhorovod.torch instead. Differences from Horovod are noted in the docstrings
-(pyhorovod/_numpy_ops.py): no compression= here, a dtype= keyword for bfloat16 bit patterns, no Adasum.
-root_rank is a global rank everywhere, also on a process set, as in Horovod.
+(pyhorovod/_numpy_ops.py): no compression= here, a dtype= keyword for bfloat16 bit patterns, Adasum
+also at world sizes that are not a power of two. root_rank is a global rank everywhere, also on a process
+set, as in Horovod.
 """
 from pyhorovod import _api, _core, basics, process_sets as _process_sets
 from pyhorovod._api import Adasum, Average, Max, Min, Product, Sum, poll, synchronize

@@ -18,10 +18,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from pyhorovod import _core, basics
 from pyhorovod.errors import HorovodInternalError, translate
 
-# Reduction ops, as in horovod (module constants pyhorovod.Sum, ...). Adasum is recognised and rejected.
-Sum, Average, Min, Max, Product = _core.SUM, _core.AVERAGE, _core.MIN, _core.MAX, _core.PRODUCT
-Adasum = -1
-REDUCE_OPS = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
+# Reduction ops, as in horovod (module constants pyhorovod.Sum, ...). Adasum (csrc/common/adasum.h) is
+# for float tensors on the host, in allreduce and grouped allreduce only.
+Sum, Average, Min, Max, Product, Adasum = (_core.SUM, _core.AVERAGE, _core.MIN, _core.MAX, _core.PRODUCT,
+                                           _core.ADASUM)
+REDUCE_OPS = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product", Adasum: "Adasum"}
 
 DTYPE_NAMES = {
     "uint8": _core.UINT8, "int8": _core.INT8, "int16": _core.INT16, "int32": _core.INT32,
@@ -105,10 +106,11 @@ def new_group_id() -> int:
 def check_reduce(op: int, dtype: int, prescale: float, postscale: float) -> None:
     """ValueError for reductions the core cannot do, or would round silently: a fractional scale of an
     integer tensor (raised before anything is enqueued). Integer Average itself truncates toward zero."""
-    if op == Adasum:
-        raise ValueError("op=Adasum is not supported by pyhorovod (Sum, Average, Min, Max, Product are)")
     if op not in REDUCE_OPS:
-        raise ValueError(f"op={op!r} is not a reduction op (use pyhorovod.Sum/Average/Min/Max/Product)")
+        raise ValueError(f"op={op!r} is not a reduction op (use pyhorovod.Sum/Average/Min/Max/Product/Adasum)")
+    if op == Adasum and dtype not in FLOAT_CODES:
+        raise ValueError(f"op=Adasum needs a float16, bfloat16, float32 or float64 tensor, not "
+                         f"{CODE_NAMES.get(dtype, dtype)}")
     if dtype == _core.BOOL:
         if op == Average:
             raise ValueError("op=Average is not defined for bool tensors (use Sum/Max for or, Min/Product "

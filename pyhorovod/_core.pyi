@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 UINT8: int; INT8: int; INT16: int; INT32: int; INT64: int
 FLOAT16: int; BFLOAT16: int; FLOAT32: int; FLOAT64: int; BOOL: int
 # ReduceOp codes
-SUM: int; AVERAGE: int; MIN: int; MAX: int; PRODUCT: int
+SUM: int; AVERAGE: int; MIN: int; MAX: int; PRODUCT: int; ADASUM: int
 # OpType codes
 ALLREDUCE: int; ALLGATHER: int; BROADCAST: int; ALLTOALL: int; REDUCESCATTER: int; BARRIER: int; JOIN: int
 
@@ -59,7 +59,7 @@ class Communicator:
     def __init__(self, options: ConnectOptions) -> None: ...          # collective
     rank: int; size: int
     def allreduce(self, buf: Any, dtype: int, op: int, timeout_s: float, algorithm: str = "auto") -> None: ...
-    # algorithm: "auto" | "ring" | "small"; in place; op SUM/MIN/MAX/PRODUCT
+    # algorithm: "auto" | "ring" | "small"; in place; op SUM/MIN/MAX/PRODUCT, ADASUM ("auto" only)
     def allgatherv(self, send: Any, recv: Any, bytes_per_rank: Sequence[int], timeout_s: float) -> None: ...
     def broadcast(self, buf: Any, root: int, timeout_s: float) -> None: ...
     def alltoallv(self, send: Any, send_bytes: Sequence[int], recv: Any, recv_bytes: Sequence[int], timeout_s: float) -> None: ...

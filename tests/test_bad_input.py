@@ -82,7 +82,8 @@ def body_local_errors():
         (lambda: hvd.allgather(np.float32(3)), "at least one dimension"),
         (lambda: hvd.reducescatter(np.ones((), np.float32)), "at least one dimension"),
         (lambda: hvd.allreduce(np.ones(3, bool), op=hvd.Average), "not defined for bool"),
-        (lambda: hvd.allreduce(f32, op=hvd.Adasum), "Adasum is not supported"),
+        (lambda: hvd.allreduce(np.ones(3, np.int32), op=hvd.Adasum), "op=Adasum needs a float16"),
+        (lambda: hvd.reducescatter(f32, op=hvd.Adasum), "Adasum is an allreduce"),
         (lambda: hvd.allreduce(f32, op=17), "not a reduction op"),
         (lambda: hvd.allreduce(f32, op=hvd.Sum, average=True), "either op= or the deprecated average="),
         (lambda: hvd.synchronize(123456), "unknown or already synchronized handle"),
@@ -103,7 +104,7 @@ def body_local_errors():
 @pytest.mark.parametrize("size", [1, 3])
 def test_bad_arguments_are_value_errors_before_anything_is_sent(size):
     results = run_ranks(body_local_errors, size, timeout=90)
-    assert results[0].value == 29
+    assert results[0].value == 30
 
 
 # ------------------------------------------------------------------ disagreements across ranks

@@ -280,9 +280,12 @@ def body_errors():
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     t = torch.ones(3)
-    _raises(c, "Adasum", NotImplementedError, "Adasum", lambda: hvd.allreduce(t, op=hvd.Adasum))
-    _raises(c, "Adasum optimizer", NotImplementedError, "Adasum",
-            lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(t)], lr=1), op=hvd.Adasum))
+    _raises(c, "Adasum int", ValueError, "Adasum", lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32),
+                                                                          op=hvd.Adasum))
+    _raises(c, "Adasum reducescatter", ValueError, "Adasum", lambda: hvd.reducescatter(t, op=hvd.Adasum))
+    _raises(c, "Adasum optimizer lr_scaling", ValueError, "Adasum",
+            lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(t)], lr=1), op=hvd.Adasum,
+                                             lr_scaling="linear", base_batch_size=1, batch_size=1))
     _raises(c, "op and average", ValueError, "supersedes average", lambda: hvd.allreduce(t, op=hvd.Sum,
                                                                                           average=True))
     _raises(c, "bad op", ValueError, "not a reduction op", lambda: hvd.allreduce(t, op=42))

@@ -12,7 +12,8 @@
 namespace phv {
 
 // In place: buf (count elements of dt) becomes the reduction over all ranks, times postscale
-// (scale_buffer's rounding). op: SUM/MIN/MAX/PRODUCT (AVERAGE is SUM with postscale 1/size). Chooses the
+// (scale_buffer's rounding). op: SUM/MIN/MAX/PRODUCT (AVERAGE is SUM with postscale 1/size), or ADASUM
+// (adasum_allreduce with one tensor). Chooses the
 // small-message algorithm or the pipelined ring by size (tuning.h). The ring scales only the chunk each
 // rank owns, once it is fully reduced and before it is passed on: 1/p of the buffer per rank instead of
 // a pass over all of it afterwards.
@@ -24,6 +25,13 @@ void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp 
 void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
                     Deadline deadline, double postscale = 1.0);
 void small_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline);
+
+// Adasum (common/adasum.h) over buf, which holds tensors of counts[0], counts[1], .. elements end to end:
+// every tensor becomes the Adasum of all ranks' copies of it, dot products taken per tensor. Float types
+// only; any set size (see adasum_allreduce.cc for how ranks beyond a power of two are folded in).
+// allreduce() with op ADASUM calls it with one tensor.
+void adasum_allreduce(const Comm& comm, void* buf, const std::vector<size_t>& counts, DataType dt,
+                      Deadline deadline, double postscale = 1.0);
 
 // recv receives the concatenation of every rank's block in rank order; bytes_per_rank[r] is rank r's
 // block size (blocks may differ, may be 0). send holds my block (bytes_per_rank[comm.rank()] bytes);

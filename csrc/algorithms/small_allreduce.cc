@@ -110,6 +110,7 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
                Deadline deadline, double postscale) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
+  if (op == ReduceOp::ADASUM) return adasum_allreduce(comm, buf, {count}, dt, deadline, postscale);
   // Every rank must make the same choice: decided by sizes and a fact all ranks agree on. Through
   // shared memory a hop costs alpha_shm_s instead of alpha_s, so the latency algorithm pays off for less.
   const bool shm = comm.transport->shared_memory_everywhere();

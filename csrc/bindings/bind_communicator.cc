@@ -25,7 +25,7 @@ DataType check_dtype(int code) {
 }
 
 ReduceOp check_op(int code) {
-  PHV_CHECK_ARG(code >= 0 && code <= static_cast<int>(ReduceOp::PRODUCT), "unknown reduce op code ", code);
+  PHV_CHECK_ARG(code >= 0 && code <= static_cast<int>(ReduceOp::ADASUM), "unknown reduce op code ", code);
   return static_cast<ReduceOp>(code);
 }
 

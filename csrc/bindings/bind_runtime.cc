@@ -80,7 +80,7 @@ void register_codes(py::module_& m) {
   for (const auto& d : dtypes) m.attr(d.first) = static_cast<int>(d.second);
   const std::pair<const char*, ReduceOp> ops[] = {{"SUM", ReduceOp::SUM}, {"AVERAGE", ReduceOp::AVERAGE},
                                                   {"MIN", ReduceOp::MIN}, {"MAX", ReduceOp::MAX},
-                                                  {"PRODUCT", ReduceOp::PRODUCT}};
+                                                  {"PRODUCT", ReduceOp::PRODUCT}, {"ADASUM", ReduceOp::ADASUM}};
   for (const auto& o : ops) m.attr(o.first) = static_cast<int>(o.second);
   const std::pair<const char*, OpType> types[] = {
       {"ALLREDUCE", OpType::ALLREDUCE}, {"ALLGATHER", OpType::ALLGATHER},         {"BROADCAST", OpType::BROADCAST},

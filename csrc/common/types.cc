@@ -35,6 +35,7 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::MIN: return "Min";
     case ReduceOp::MAX: return "Max";
     case ReduceOp::PRODUCT: return "Product";
+    case ReduceOp::ADASUM: return "Adasum";
   }
   return "unknown";
 }

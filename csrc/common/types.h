@@ -13,8 +13,9 @@ enum class DataType : int {
   FLOAT16 = 5, BFLOAT16 = 6, FLOAT32 = 7, FLOAT64 = 8, BOOL = 9,
 };
 
-// AVERAGE is SUM followed by a postscale of 1/size (done by the engine, not by kernels).
-enum class ReduceOp : int { SUM = 0, AVERAGE = 1, MIN = 2, MAX = 3, PRODUCT = 4 };
+// AVERAGE is SUM followed by a postscale of 1/size (done by the engine, not by kernels). ADASUM is not
+// element-wise (common/adasum.h): float tensors on the host, allreduce only (adasum_allreduce).
+enum class ReduceOp : int { SUM = 0, AVERAGE = 1, MIN = 2, MAX = 3, PRODUCT = 4, ADASUM = 5 };
 
 enum class OpType : int {
   ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, ALLTOALL = 3, REDUCESCATTER = 4, BARRIER = 5, JOIN = 6,

@@ -54,7 +54,7 @@ void decode_desc(WireReader& r, Desc& d) {
   d.kind = r.get<uint8_t>();
   uint8_t dt = r.get<uint8_t>();
   uint8_t op = r.get<uint8_t>();
-  if (dt > static_cast<uint8_t>(DataType::BOOL) || op > static_cast<uint8_t>(ReduceOp::PRODUCT)) {
+  if (dt > static_cast<uint8_t>(DataType::BOOL) || op > static_cast<uint8_t>(ReduceOp::ADASUM)) {
     throw_error(ErrorKind::INTERNAL, "corrupt engine negotiation message: dtype ", int(dt), ", op ", int(op));
   }
   d.dtype = static_cast<DataType>(dt);

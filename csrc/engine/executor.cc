@@ -148,7 +148,13 @@ void Executor::allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, D
   }
   spans(unit, "MEMCPY_IN_FUSION_BUFFER", false);
   spans(unit, "ALLREDUCE", true);
-  if (total > 0) phv::allreduce(comm, buf, total / esize, dt, op, tuning_, deadline, post);
+  if (total > 0 && op == ReduceOp::ADASUM) {
+    counts_.clear();  // Adasum's dot products are per tensor: it needs the requests' boundaries
+    for (size_t bytes : sizes_) counts_.push_back(bytes / esize);
+    phv::adasum_allreduce(comm, buf, counts_, dt, deadline, post);
+  } else if (total > 0) {
+    phv::allreduce(comm, buf, total / esize, dt, op, tuning_, deadline, post);
+  }
   spans(unit, "ALLREDUCE", false);
   spans(unit, "MEMCPY_OUT_FUSION_BUFFER", true);
   off = 0;

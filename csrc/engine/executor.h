@@ -1,6 +1,8 @@
 // Runs one agreed unit (a single request, or several fused allreduces) on this rank's Comm of the set:
 // copies into and out of the fusion buffer, applies prescale/postscale (AVERAGE = SUM then 1/size),
 // calls the algorithm, and fills each request's Result. Never writes to an out-of-place request's input.
+// A fused Adasum unit passes the requests' element counts to adasum_allreduce, whose dot products are
+// per request (per tensor), not over the fusion buffer.
 //
 // A rank that has joined and lacks some of the unit's requests (entry.op == nullptr) contributes the
 // reduction's identity for them and discards the result.
@@ -69,6 +71,7 @@ class Executor {
   Timeline& timeline_;
   std::vector<uint8_t> fusion_;  // grows to the largest unit, never shrinks: no allocation per cycle
   std::vector<size_t> sizes_;
+  std::vector<size_t> counts_;  // elements per request of a fused Adasum unit
   std::atomic<GpuBackend*> gpu_{nullptr};
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/adasum.h"
 #include "common/error.h"
 
 namespace phv {
@@ -14,7 +15,7 @@ Desc validate_request(const Request& req, int set_size) {
   int dt = static_cast<int>(req.dtype);
   PHV_CHECK_ARG(dt >= 0 && dt <= static_cast<int>(DataType::BOOL), WHAT, ": unknown dtype code ", dt);
   int rop = static_cast<int>(req.reduce_op);
-  PHV_CHECK_ARG(rop >= 0 && rop <= static_cast<int>(ReduceOp::PRODUCT), WHAT, ": unknown reduce op code ", rop);
+  PHV_CHECK_ARG(rop >= 0 && rop <= static_cast<int>(ReduceOp::ADASUM), WHAT, ": unknown reduce op code ", rop);
   PHV_CHECK_ARG(std::isfinite(req.prescale) && std::isfinite(req.postscale), WHAT,
                 ": prescale and postscale must be finite");
 
@@ -42,6 +43,13 @@ Desc validate_request(const Request& req, int set_size) {
     if (req.dtype == DataType::BOOL) {
       PHV_CHECK_ARG(req.reduce_op != ReduceOp::AVERAGE && req.prescale == 1.0 && req.postscale == 1.0, WHAT,
                     ": bool tensors support sum, min, max and product without scale factors");
+    }
+    if (req.reduce_op == ReduceOp::ADASUM) {
+      PHV_CHECK_ARG(req.type == OpType::ALLREDUCE, WHAT, ": op Adasum is an allreduce (and grouped allreduce) op");
+      PHV_CHECK_ARG(adasum_dtype(req.dtype), WHAT, ": op Adasum needs a float16, bfloat16, float32 or float64 "
+                    "tensor, not ", dtype_name(req.dtype));
+      PHV_CHECK_ARG(req.device < 0, WHAT, ": op Adasum runs on host tensors only (the NCCL path has no Adasum); "
+                    "move the tensor to the CPU");
     }
   }
   if (req.sumsq_in != nullptr || req.sumsq_out != nullptr) {

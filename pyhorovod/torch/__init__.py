@@ -8,7 +8,7 @@
 
 Same names, arguments, semantics and exception types as horovod.torch (HorovodInternalError for failed
 collectives, ValueError for bad arguments). What differs is documented where it differs; in short:
-op=Adasum raises NotImplementedError; SyncBatchNorm also works on CPU tensors; DistributedOptimizer can
+op=Adasum runs on CPU tensors only (ValueError on CUDA tensors); SyncBatchNorm also works on CPU tensors; DistributedOptimizer can
 apply the linear/sqrt LR scaling rule with warmup itself (lr_scaling=, off by default) and measure the
 gradient noise scale (measure_noise_scale=); scaled_lr and LinearWarmup are exported here too.
 """

@@ -14,16 +14,10 @@ DTYPE_CODES = {
     torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64, torch.bool: _core.BOOL,
 }
 
-ADASUM_MESSAGE = ("op=Adasum is not implemented in pyhorovod: use op=Average (or Sum) instead; Adasum's "
-                  "scale-invariant reduction needs a tree algorithm that the ring core does not have")
-
-
 def check_op(op):
-    """Adasum -> NotImplementedError (as the brief of issue 4 asks); other unknown ops -> ValueError."""
-    if op == _api.Adasum:
-        raise NotImplementedError(ADASUM_MESSAGE)
+    """ValueError unless op is one of hvd.Sum, Average, Min, Max, Product, Adasum."""
     if op not in _api.REDUCE_OPS:
-        raise ValueError(f"op={op!r} is not a reduction op (use hvd.Sum, Average, Min, Max or Product)")
+        raise ValueError(f"op={op!r} is not a reduction op (use hvd.Sum, Average, Min, Max, Product or Adasum)")
     return op
 
 
@@ -118,3 +112,27 @@ def from_result(result, dtype, device=None):
     if device is not None and device.type != "cpu":
         t = t.to(device)
     return t
+
+
+def checked_named_parameters(param_groups, named_parameters):
+    """named_parameters as a list of (name, parameter), checked as Horovod checks it: tuples, unique
+    names, every parameter of param_groups named. None: every parameter gets a generated name."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        all_params = [v for group in param_groups for v in group["params"]]
+        named_parameters = [("allreduce.noname.%s" % i, v) for i, v in enumerate(all_params)]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                         "produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+                         % ", ".join(dups))
+    all_ids = {id(v) for group in param_groups for v in group["params"]}
+    unnamed = all_ids - {id(v) for _, v in named_parameters}
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not "
+                         "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+    return named_parameters

@@ -22,7 +22,8 @@ from pyhorovod.torch.compression import Compression
 
 
 def _backward_allreduce(grad, op, prescale, postscale, ps, x=None, y=None):
-    if op in (_api.Sum, _api.Average):
+    # Adasum: the gradient is Adasum-combined too, as Horovod's backward does (it reuses the forward op).
+    if op in (_api.Sum, _api.Average, _api.Adasum):
         return ops.synchronize(ops.allreduce_async(grad.contiguous(), op=op, prescale_factor=prescale,
                                                    postscale_factor=postscale, process_set=ps))
     if op in (_api.Min, _api.Max):

@@ -2,7 +2,8 @@
 synchronize()), the in-place forms, grouped forms, and barrier/join.
 
 Semantics follow horovod.torch; what differs is said where it happens:
-- op=Adasum raises NotImplementedError; average= is deprecated (DeprecationWarning) and excludes op=.
+- op=Adasum works on CPU float tensors (allreduce and grouped allreduce); on CUDA tensors it raises
+  ValueError (the NCCL path has no Adasum). average= is deprecated (DeprecationWarning) and excludes op=.
 - broadcast's root_rank is a global rank, also with a process set (as Horovod, and as the numpy API).
 - In-place ops on non-contiguous tensors reduce a contiguous copy and write it back on completion.
 The differentiable out-of-place forms (allreduce, allgather, broadcast, alltoall, reducescatter and their

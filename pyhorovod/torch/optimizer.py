@@ -37,25 +37,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  gradient_predivide_factor, groups, sparse_as_dense, process_set, extras):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            all_params = [v for group in self.param_groups for v in group["params"]]
-            named_parameters = [("allreduce.noname.%s" % i, v) for i, v in enumerate(all_params)]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
-                             "produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(dups))
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        unnamed = all_ids - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
-
+        named_parameters = cv.checked_named_parameters(self.param_groups, named_parameters)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
@@ -375,12 +357,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          warmup_epochs=None, steps_per_epoch=None, measure_noise_scale=False):
     """Wraps `optimizer` so that step() uses gradients averaged over the ranks of `process_set`.
     Arguments as horovod.torch.DistributedOptimizer, plus the LR scaling and noise-scale options above
-    (batch_size: the local batch of one backward pass)."""
+    (batch_size: the local batch of one backward pass). op=Adasum reduces each step's parameter change
+    instead (pyhorovod/torch/adasum_optimizer.py)."""
     from pyhorovod.torch._lr_policy import LrPolicy
     from pyhorovod.torch.noise_tap import NoiseScaleTap
 
-    if op == _api.Adasum:
-        raise NotImplementedError(cv.ADASUM_MESSAGE)
     cv.check_op(op)
     if gradient_predivide_factor != 1.0 and op != _api.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -405,6 +386,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     process_set = global_process_set if process_set is None else process_set
     if getattr(process_set, "process_set_id", None) is None:
         raise ValueError(f"process_set={process_set!r} is not a registered ProcessSet")
+    if op == _api.Adasum:
+        if lr_scaling not in (None, "none") or measure_noise_scale:
+            raise ValueError("op=Adasum reduces parameter changes, not gradients: lr_scaling= and "
+                             "measure_noise_scale= do not apply to it")
+        from pyhorovod.torch.adasum_optimizer import DistributedAdasumOptimizer
+        return DistributedAdasumOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                                          process_set)
     workers = len(process_set.ranks)
     extras = {}
     if lr_scaling == "adascale":

@@ -1,8 +1,8 @@
 """CUDA tensors through the GPU backend (issue 9).
 
 The GPU tests skip, with the reason, where torch sees no CUDA device or pyhorovod was built without the
-GPU backend; they run one rank on one GPU, and 2 ranks when there are 2 or more GPUs (NCCL refuses two
-ranks on one device). benchmarks/gpu_check.sh builds and runs them on a machine with a GPU.
+GPU backend; they run one rank on one GPU, and 2 ranks when there are 2 or more GPUs (several ranks on one
+GPU: test_gpu_shared.py). benchmarks/device_check.sh builds and runs them on a machine with a GPU.
 The CPU tests at the end run everywhere: a CUDA request that cannot run (no GPU backend in the build, no
 CUDA device, an unsupported combination) fails alone, with a clear ValueError, and the engine keeps
 working.
@@ -27,7 +27,7 @@ def _gpu_count():
 def _skip_reason():
     import pyhorovod
     if not pyhorovod.build_info().get("nccl"):
-        return "pyhorovod was built without the GPU backend (PYHOROVOD_WITH_NCCL; see benchmarks/gpu_check.sh)"
+        return "pyhorovod was built without the GPU backend (PYHOROVOD_WITH_NCCL; see benchmarks/device_check.sh)"
     if _gpu_count() == 0:
         return "no CUDA device visible to torch"
     return None
@@ -41,8 +41,10 @@ def _setup():
     import torch
     import pyhorovod.torch as hvd
     hvd.init()
-    torch.cuda.set_device(hvd.local_rank())
-    return torch, hvd, torch.device("cuda", hvd.local_rank())
+    # Ranks beyond the device count share devices (test_gpu_shared.py: several ranks on one GPU).
+    device = hvd.local_rank() % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return torch, hvd, torch.device("cuda", device)
 
 
 def _check(results):

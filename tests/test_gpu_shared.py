@@ -1,0 +1,95 @@
+"""Several ranks on one GPU, the host-staged path, and join() with CUDA tensors.
+
+NCCL refuses two ranks of one communicator on the same device. pyhorovod's ranks compare their devices
+(host and PCI bus id) on a process set's first CUDA collective and, when two share one, all take the
+host-staged path (device -> pinned host -> CPU ring -> device; csrc/backends/gpu_path.h), and rank 0 logs
+the choice. Here every rank sees only the first GPU (CUDA_VISIBLE_DEVICES), so 2 and 4 ranks share it; the
+bodies of test_gpu.py then check every op, dtype, fusion, stream ordering and the optimizer, exactly.
+PYHOROVOD_GPU_PATH=staged forces the same path at one rank. The decision itself, with fake device ids,
+is csrc/tests/gpu_path_test.cc. These tests skip where there is no GPU (benchmarks/device_check.sh runs
+them on a machine with one).
+"""
+import os
+
+import pytest
+
+from mp import run_ranks
+from test_gpu import _check, _Checker, _setup, body_fusion, body_ops, body_optimizer, body_stream_order, needs_gpu
+
+STAGED_LOG = "use the host-staged path"
+
+
+def _one_gpu_env(extra=None):
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    env = {"CUDA_VISIBLE_DEVICES": first}
+    env.update(extra or {})
+    return env
+
+
+def _staged_logged(results, expected):
+    logged = [STAGED_LOG in r.stderr for r in results]
+    assert logged[0] == expected, results[0].stderr[-2000:]
+    assert not any(logged[1:]), "only rank 0 of the process set logs the choice"
+
+
+BODIES = {"ops": (body_ops, 300), "fusion": (body_fusion, 150), "stream": (body_stream_order, 150),
+          "optimizer": (body_optimizer, 150)}
+
+
+@needs_gpu
+@pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.parametrize("body", sorted(BODIES))
+def test_ranks_sharing_one_gpu(body, size):
+    fn, timeout = BODIES[body]
+    results = run_ranks(fn, size, timeout=timeout, env=_one_gpu_env())
+    _check(results)
+    _staged_logged(results, True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("body", ["ops", "fusion"])
+def test_staged_path_forced_at_one_rank(body):
+    fn, timeout = BODIES[body]
+    results = run_ranks(fn, 1, timeout=timeout, env=_one_gpu_env({"PYHOROVOD_GPU_PATH": "staged"}))
+    _check(results)
+    _staged_logged(results, True)
+
+
+@needs_gpu
+def test_one_rank_per_gpu_keeps_nccl():
+    results = run_ranks(body_fusion, 1, timeout=120, env=_one_gpu_env())
+    _check(results)
+    _staged_logged(results, False)
+
+
+def body_join():
+    torch, hvd, dev = _setup()
+    r, n = hvd.rank(), hvd.size()
+    c = _Checker()
+    x = torch.full((4,), float(r + 1), device=dev)
+    c.eq("allreduce before join", hvd.allreduce(x, op=hvd.Sum), torch.full((4,), float(n * (n + 1) // 2)))
+    if r == n - 1:
+        last = hvd.join()
+    else:
+        # The last rank has joined (or will, without ever submitting this): CUDA tensors get no identity
+        # fill from joined ranks, so the request is refused on every rank that made it.
+        c.count += 1
+        try:
+            hvd.allreduce(x, op=hvd.Sum, name="cuda.after.join")
+            c.failures.append(f"rank {r}: a CUDA allreduce while rank {n - 1} had joined did not fail")
+        except ValueError as e:
+            if "CUDA tensors cannot be reduced while ranks have joined" not in str(e):
+                c.failures.append(f"rank {r}: unclear error {e}")
+        last = hvd.join()
+    c.count += 1
+    if not (isinstance(last, int) and 0 <= last < n and (n > 1 or last == 0)):
+        c.failures.append(f"rank {r}: join() returned {last!r}")
+    # Everyone is back: CUDA collectives work again.
+    c.eq("allreduce after join", hvd.allreduce(x * 2, op=hvd.Sum), torch.full((4,), float(n * (n + 1))))
+    return c.done()
+
+
+@needs_gpu
+@pytest.mark.parametrize("size", [1, 2])
+def test_join_with_cuda_tensors(size):
+    _check(run_ranks(body_join, size, timeout=120, env=_one_gpu_env()))

@@ -4,8 +4,9 @@
    (goal <= 1.03x on a model whose plain step takes >= --min-step-ms: the batch doubles until it does).
 2. The fusion buffer's device copies against the device's own copy bandwidth (goal >= 70%): a grouped
    allreduce of k tensors (k copies into the fusion buffer, the reduction, k copies out) against a lone
-   in-place allreduce of the same bytes (no copies); fusion copy bandwidth = 2 x bytes / (fused - lone),
-   copy bandwidth = bytes / time of one device-to-device copy of the same size.
+   in-place allreduce of the same bytes (no copies; submitted the same way, as a group of one, so both
+   wait for the engine's cycle alike); fusion copy bandwidth = 2 x bytes / (fused - lone), copy
+   bandwidth = bytes / time of one device-to-device copy of the same size.
 
     python benchmarks/gpu_overhead.py [--device cuda|cpu] [--rounds 7] [--json gpu_overhead.json]
 
@@ -100,11 +101,11 @@ def fusion_copies(args, dev):
     src, dst = torch.ones(per * k, device=dev), torch.empty(per * k, device=dev)
     for _ in range(2):
         hvd.grouped_allreduce_(group, op=hvd.Sum, name="overhead.group")
-        hvd.allreduce_(lone, op=hvd.Sum, name="overhead.lone")
+        hvd.grouped_allreduce_([lone], op=hvd.Sum, name="overhead.lone")
     fused_t, lone_t, copy_t, ratios = [], [], [], []
     for rnd in range(args.rounds):
         cands = [("fused", lambda: hvd.grouped_allreduce_(group, op=hvd.Sum, name="overhead.group")),
-                 ("lone", lambda: hvd.allreduce_(lone, op=hvd.Sum, name="overhead.lone")),
+                 ("lone", lambda: hvd.grouped_allreduce_([lone], op=hvd.Sum, name="overhead.lone")),
                  ("copy", lambda: dst.copy_(src))]
         got = {name: timed(dev, fn, args.iters) for name, fn in (cands if rnd % 2 == 0 else cands[::-1])}
         fused_t.append(got["fused"])

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from mp import run_ranks
-from test_gpu import _check, _Checker, _setup, body_fusion, body_ops, body_optimizer, body_stream_order, needs_gpu
+from test_gpu import _check, _Checker, _gpu_count, _setup, body_fusion, body_ops, body_optimizer, body_stream_order, needs_gpu
 
 STAGED_LOG = "use the host-staged path"
 
@@ -93,3 +93,37 @@ def body_join():
 @pytest.mark.parametrize("size", [1, 2])
 def test_join_with_cuda_tensors(size):
     _check(run_ranks(body_join, size, timeout=120, env=_one_gpu_env()))
+
+
+def body_join_refuses_device_request():
+    """CPU stand-in for body_join: a request that claims cuda:0 (host memory behind it, never touched)
+    while the last rank has joined is refused by the coordinator, on every rank that made it."""
+    import numpy as np
+    import pyhorovod as hvd
+    from pyhorovod import _api, _core
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    failures = []
+    if r != n - 1:
+        host = np.ones(8, dtype=np.float32)
+        ptr = host.__array_interface__["data"][0]
+        op = _api.Op(_core.ALLREDUCE, _core.FLOAT32, (8,), ptr, ptr, device=0, stream=0)
+        try:
+            _api.synchronize(_api.submit([op], host, lambda rs: rs))
+            failures.append(f"rank {r}: no error")
+        except ValueError as e:
+            if "CUDA tensors cannot be reduced while ranks have joined" not in str(e):
+                failures.append(f"rank {r}: unclear error {e}")
+    last = hvd.join()
+    got = hvd.allreduce(np.arange(3, dtype=np.float32), op=hvd.Sum)
+    if not np.array_equal(got, np.arange(3, dtype=np.float32) * n):
+        failures.append(f"rank {r}: allreduce after join gave {got}")
+    if not 0 <= last < n:
+        failures.append(f"rank {r}: join() returned {last!r}")
+    return {"failures": failures, "count": 3}
+
+
+@pytest.mark.skipif(_gpu_count() > 0, reason="a CUDA device is present: fake device pointers would be used")
+@pytest.mark.parametrize("size", [2, 3])
+def test_device_request_refused_while_ranks_joined(size):
+    _check(run_ranks(body_join_refuses_device_request, size, timeout=90))

@@ -17,12 +17,13 @@
 # BUDGET_S (default 530 s) are skipped and reported as such.
 #
 # Dependencies. The device has no network, so nothing is installed from a registry there. The build
-# needs cmake (>= 3.18), pybind11, nvcc and NCCL's headers and library; the tests need pytest. NCCL is
+# needs cmake (>= 3.18), pybind11, nvcc and NCCL's headers and library; the tests need pytest, and
+# pyhorovod numpy (torch does not require it). NCCL is
 # found where torch's CUDA wheels put it (site-packages/nvidia/nccl, the nvidia-nccl-cu12/-cu13 wheel:
 # cmake/nccl.cmake asks `import nvidia.nccl`, and this script also searches every site-packages folder
 # and sets NCCL_ROOT). Missing Python packages are installed from wheels in .whl/ if that folder was
 # carried along; prepare it on a machine with network and carry it (the device tool's carry: [".whl"]):
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl pybind11 cmake
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl pybind11 cmake numpy
 #   python3 -m pip download --only-binary=:all: --python-version 3.12 -d .whl pytest
 # (that is what --fetch-wheels runs; PYVER=3.11 etc. for another Python). Without them the dependency
 # step fails and names what is missing.
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --fetch-wheels)
       v="${PYVER:-3.12}"
-      "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version "$v" -d .whl pybind11 cmake &&
+      "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version "$v" -d .whl pybind11 cmake numpy &&
         "$PYTHON" -m pip download --only-binary=:all: --python-version "$v" -d .whl pytest
       rc=$?; ls -la .whl; exit $rc ;;
     -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
@@ -161,19 +162,22 @@ step_build() {
   echo "CUDA architecture ${arch:-90}, NCCL_ROOT=$nccl, -j $JOBS"
   NCCL_ROOT="$nccl" cmake -S . -B "$BUILD_DIR" -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DCMAKE_BUILD_TYPE=Release \
       -DPYHOROVOD_WITH_NCCL=ON -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/$BUILD_DIR/lib" \
-    && cmake --build "$BUILD_DIR" -j "$JOBS" --target _core gpu_path_test || return 1
+    && cmake --build "$BUILD_DIR" -j "$JOBS" --target _core gpu_path_test staged_backend_test || return 1
   local so; so=$(ls "$BUILD_DIR"/lib/_core*.so) || return 1
   cp "$so" pyhorovod/.core.tmp.so && mv pyhorovod/.core.tmp.so "pyhorovod/$(basename "$so")"
   "$PYTHON" -m pyhorovod.runner.cli run --check-build
   "$PYTHON" -c "import pyhorovod, sys; sys.exit(0 if pyhorovod.build_info()['nccl'] else 1)" || { echo "built without NCCL"; return 1; }
 }
 
-# The GPU path decision with fake device ids (C++; built by the build step, or by `make build` here).
+# C++ tests of the shared-GPU logic that need no GPU: the path decision with fake device ids, and the
+# staged backend against a fake CUDA runtime (built by the build step, or by `make build` elsewhere).
 step_unit() {
-  local bin
-  bin=$(ls "$BUILD_DIR"/gpu_path_test build/cmake/gpu_path_test 2>/dev/null | head -1)
-  [ -n "$bin" ] || { echo "gpu_path_test is not built"; return 1; }
-  "$bin" | tail -3
+  local t bin
+  for t in gpu_path_test staged_backend_test; do
+    bin=$(ls "$BUILD_DIR/$t" "build/cmake/$t" 2>/dev/null | head -1)
+    [ -n "$bin" ] || { echo "$t is not built"; return 1; }
+    "$bin" | tail -1; [ "${PIPESTATUS[0]}" = 0 ] || return 1
+  done
 }
 
 step_gpu_tests() { "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu.py; }

@@ -162,18 +162,18 @@ step_build() {
   echo "CUDA architecture ${arch:-90}, NCCL_ROOT=$nccl, -j $JOBS"
   NCCL_ROOT="$nccl" cmake -S . -B "$BUILD_DIR" -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DCMAKE_BUILD_TYPE=Release \
       -DPYHOROVOD_WITH_NCCL=ON -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$ROOT/$BUILD_DIR/lib" \
-    && cmake --build "$BUILD_DIR" -j "$JOBS" --target _core gpu_path_test staged_backend_test || return 1
+    && cmake --build "$BUILD_DIR" -j "$JOBS" --target _core gpu_path_test staged_backend_test gpu_router_test || return 1
   local so; so=$(ls "$BUILD_DIR"/lib/_core*.so) || return 1
   cp "$so" pyhorovod/.core.tmp.so && mv pyhorovod/.core.tmp.so "pyhorovod/$(basename "$so")"
   "$PYTHON" -m pyhorovod.runner.cli run --check-build
   "$PYTHON" -c "import pyhorovod, sys; sys.exit(0 if pyhorovod.build_info()['nccl'] else 1)" || { echo "built without NCCL"; return 1; }
 }
 
-# C++ tests of the shared-GPU logic that need no GPU: the path decision with fake device ids, and the
-# staged backend against a fake CUDA runtime (built by the build step, or by `make build` elsewhere).
+# C++ tests of the shared-GPU logic that need no GPU: the path decision with fake device ids, the staged
+# backend and the router against a fake CUDA runtime (built by the build step, or by `make build`).
 step_unit() {
   local t bin
-  for t in gpu_path_test staged_backend_test; do
+  for t in gpu_path_test staged_backend_test gpu_router_test; do
     bin=$(ls "$BUILD_DIR/$t" "build/cmake/$t" 2>/dev/null | head -1)
     [ -n "$bin" ] || { echo "$t is not built"; return 1; }
     "$bin" | tail -1; [ "${PIPESTATUS[0]}" = 0 ] || return 1

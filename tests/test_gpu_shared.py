@@ -6,7 +6,8 @@ host-staged path (device -> pinned host -> CPU ring -> device; csrc/backends/gpu
 the choice. Here every rank sees only the first GPU (CUDA_VISIBLE_DEVICES), so 2 and 4 ranks share it; the
 bodies of test_gpu.py then check every op, dtype, fusion, stream ordering and the optimizer, exactly.
 PYHOROVOD_GPU_PATH=staged forces the same path at one rank. The decision itself, with fake device ids,
-is csrc/tests/gpu_path_test.cc, and the staged backend on host memory csrc/tests/staged_backend_test.cc. These tests skip where there is no GPU (benchmarks/device_check.sh runs
+is csrc/tests/gpu_path_test.cc; the staged backend and the routing on host memory, against a fake CUDA
+runtime, csrc/tests/staged_backend_test.cc and gpu_router_test.cc. These tests skip where there is no GPU (benchmarks/device_check.sh runs
 them on a machine with one).
 """
 import os

@@ -1,12 +1,14 @@
-// A stand-in for the CUDA runtime, for host-only tests of code written against it (staged_backend_test):
+// A stand-in for the CUDA runtime, for host-only tests of code written against it (staged_backend_test,
+// gpu_router_test):
 // "device" memory is host memory, and every cudaMemcpyAsync is queued and performed only when an event
 // is found complete by cudaEventQuery (which answers "not ready" twice first). Code that reads a copy's
 // destination before waiting for its event therefore sees stale bytes, as it could on a real GPU.
-// Per thread: each test rank is a thread with its own queue.
+// Per thread: each test rank is a thread with its own queue and its own device's PCI bus id.
 #pragma once
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 typedef int cudaError_t;
@@ -20,7 +22,14 @@ typedef struct CUevent_st* cudaEvent_t;
 namespace fake_cuda {
 inline thread_local std::vector<std::function<void()>> pending;
 inline thread_local int polls = 0;
+inline thread_local std::string pci_bus_id = "0000:01:00.0";  // what this thread's one device reports
 }  // namespace fake_cuda
+
+inline cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetPCIBusId(char* out, int len, int) {
+  std::strncpy(out, fake_cuda::pci_bus_id.c_str(), static_cast<size_t>(len));
+  return cudaSuccess;
+}
 
 inline const char* cudaGetErrorString(cudaError_t) { return "fake CUDA error"; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }

@@ -14,7 +14,8 @@
 #
 # Exit code: 1 when a step failed (build, tests, a benchmark that crashed or timed out), 2 when every
 # step passed but a measured goal was missed, 0 otherwise. Steps that do not fit in what is left of
-# BUDGET_S (default 530 s) are skipped and reported as such.
+# BUDGET_S (default 530 s) are skipped and reported as such. JOBS (default nproc) and BUILD_LIMIT_S
+# (default 240) are for rehearsals on small machines.
 #
 # Dependencies. The device has no network, so nothing is installed from a registry there. The build
 # needs cmake (>= 3.18), pybind11, nvcc and NCCL's headers and library; the tests need pytest, and
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
       "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version "$v" -d .whl pybind11 cmake numpy &&
         "$PYTHON" -m pip download --only-binary=:all: --python-version "$v" -d .whl pytest
       rc=$?; ls -la .whl; exit $rc ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "device_check.sh: unknown argument '$1' (try --help)" >&2; exit 64 ;;
   esac
   shift
@@ -220,7 +221,7 @@ export PYTHON JOBS BUILD_DIR ROOT WORK QUICK
 #        name         min  limit (seconds; expected on the H200 host: 5, 5, 60-90, 1, 40, 100, 40, 30, 70)
 run_step machine      10   30  bash -c step_machine
 run_step deps         10   60  bash -c step_deps
-[ "$NO_BUILD" = 1 ] || run_step build 120 240 bash -c step_build
+[ "$NO_BUILD" = 1 ] || run_step build 120 "${BUILD_LIMIT_S:-240}" bash -c step_build
 run_step unit         5    30  bash -c step_unit
 run_step gpu_tests    60   150 bash -c step_gpu_tests
 run_step shared_tests 90   220 bash -c step_shared_tests

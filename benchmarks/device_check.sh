@@ -181,10 +181,19 @@ step_unit() {
   done
 }
 
-step_gpu_tests() { "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu.py; }
-step_shared_tests() { "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu_shared.py; }
+# Without a visible GPU or without the GPU backend the GPU tests would all skip, and pass: a failure here.
+require_gpu() {
+  "$PYTHON" -c "
+import sys, torch, pyhorovod
+why = [w for w, bad in (('torch sees no CUDA device', not torch.cuda.is_available()),
+                        ('pyhorovod was built without the GPU backend', not pyhorovod.build_info()['nccl'])) if bad]
+sys.exit('cannot check the GPU path: ' + '; '.join(why) if why else 0)"
+}
+step_gpu_tests() { require_gpu && "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu.py; }
+step_shared_tests() { require_gpu && "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu_shared.py; }
 
 step_gpu_overhead() {
+  require_gpu || return 1
   if [ "$QUICK" = 1 ]; then
     "$PYTHON" benchmarks/gpu_overhead.py --width 512 --layers 2 --rounds 3 --steps 5 --fusion-mib 16 --json "$WORK/gpu_overhead.json"
   else
@@ -195,6 +204,7 @@ step_gpu_overhead() {
 # NCCL at one rank, then 2 and 4 ranks sharing the first GPU (the host-staged path).
 step_busbw() {
   local mib=256 rc=0; [ "$QUICK" = 1 ] && mib=4
+  require_gpu || return 1
   local first="${CUDA_VISIBLE_DEVICES:-0}"; first="${first%%,*}"
   timeout 60 "$PYTHON" -m pyhorovod.run -np 1 "$PYTHON" benchmarks/gpu_busbw.py --max-mib $mib --iters 10 \
     --json "$WORK/busbw_nccl_np1.json" || rc=1
@@ -215,7 +225,7 @@ step_cpu_scaling() {
 
 echo "device_check.sh: steps [$STEPS], budget $BUDGET_S s, work dir $WORK${OUT:+, summary to \$OUT=$OUT}"
 [ "$DRY" = 1 ] && { echo "-- dry run: dependency check only"; step_deps; echo "deps rc $?"; }
-export -f find_nccl have_mod cmake_on_path step_machine step_deps step_build step_unit step_gpu_tests step_shared_tests \
+export -f find_nccl have_mod cmake_on_path require_gpu step_machine step_deps step_build step_unit step_gpu_tests step_shared_tests \
   step_gpu_overhead step_busbw step_cpu_scaling
 export PYTHON JOBS BUILD_DIR ROOT WORK QUICK
 #        name         min  limit (seconds; expected on the H200 host: 5, 5, 60-90, 1, 40, 100, 40, 30, 70)

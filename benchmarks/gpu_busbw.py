@@ -41,6 +41,8 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", default="", help="write the table (rank 0) to this file")
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_busbw.py: no CUDA device visible to torch")
     hvd.init()
     device = hvd.local_rank() % torch.cuda.device_count()
     torch.cuda.set_device(device)

@@ -189,8 +189,10 @@ why = [w for w, bad in (('torch sees no CUDA device', not torch.cuda.is_availabl
                         ('pyhorovod was built without the GPU backend', not pyhorovod.build_info()['nccl'])) if bad]
 sys.exit('cannot check the GPU path: ' + '; '.join(why) if why else 0)"
 }
-step_gpu_tests() { require_gpu && "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu.py; }
-step_shared_tests() { require_gpu && "$PYTHON" -m pytest -q -rs --durations=5 tests/test_gpu_shared.py; }
+# -v: each test's outcome is printed as it ends, so a step killed at its limit still shows how far it got;
+# --maxfail: a broken path fails a few tests, not the whole budget.
+step_gpu_tests() { require_gpu && "$PYTHON" -m pytest -v -rs --maxfail=3 --durations=5 tests/test_gpu.py; }
+step_shared_tests() { require_gpu && "$PYTHON" -m pytest -v -rs --maxfail=3 --durations=5 tests/test_gpu_shared.py; }
 
 step_gpu_overhead() {
   require_gpu || return 1

@@ -33,8 +33,8 @@ def _staged_logged(results, expected):
     assert not any(logged[1:]), "only rank 0 of the process set logs the choice"
 
 
-BODIES = {"ops": (body_ops, 300), "fusion": (body_fusion, 150), "stream": (body_stream_order, 150),
-          "optimizer": (body_optimizer, 150)}
+BODIES = {"ops": (body_ops, 180), "fusion": (body_fusion, 90), "stream": (body_stream_order, 90),
+          "optimizer": (body_optimizer, 90)}
 
 
 @needs_gpu

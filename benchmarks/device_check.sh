@@ -37,8 +37,8 @@ BUDGET_S="${BUDGET_S:-530}"
 BUILD_DIR="${BUILD_DIR:-build-device}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_BREAK_SYSTEM_PACKAGES=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
-ALL_STEPS="machine deps build unit gpu_tests shared_tests gpu_overhead busbw cpu_scaling"
-CPU_STEPS="machine deps unit cpu_scaling"
+ALL_STEPS="machine deps build unit gpu_tests shared_tests gpu_overhead busbw cpu_scaling cpu_step_cost"
+CPU_STEPS="machine deps unit cpu_scaling cpu_step_cost"
 DRY=0; NO_BUILD=0; QUICK=0; ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -225,12 +225,20 @@ step_cpu_scaling() {
     --timeout 150 --json "$WORK/synthetic.json"
 }
 
+# Inside one launch of 4 ranks, step by step: no communication, DistributedOptimizer, allreduce after
+# backward (step_cost.py): where the time goes, paired against the no-communication step.
+step_cpu_step_cost() {
+  local args="--np 4 --steps 150 --warmup 10"
+  [ "$QUICK" = 1 ] && args="--np 2 --steps 10 --warmup 2 --hidden 256 --input 256 --classes 100"
+  CUDA_VISIBLE_DEVICES="" "$PYTHON" benchmarks/step_cost.py $args --timeout 100 --json "$WORK/step_cost.json"
+}
+
 echo "device_check.sh: steps [$STEPS], budget $BUDGET_S s, work dir $WORK${OUT:+, summary to \$OUT=$OUT}"
 [ "$DRY" = 1 ] && { echo "-- dry run: dependency check only"; step_deps; echo "deps rc $?"; }
 export -f find_nccl have_mod cmake_on_path require_gpu step_machine step_deps step_build step_unit step_gpu_tests step_shared_tests \
-  step_gpu_overhead step_busbw step_cpu_scaling
+  step_gpu_overhead step_busbw step_cpu_scaling step_cpu_step_cost
 export PYTHON JOBS BUILD_DIR ROOT WORK QUICK
-#        name         min  limit (seconds; expected on the H200 host: 5, 5, 60-90, 1, 40, 100, 40, 30, 70)
+#        name         min  limit (seconds; expected on the H200 host: 5, 5, 60-90, 1, 40, 100, 40, 30, 100, 25)
 run_step machine      10   30  bash -c step_machine
 run_step deps         10   60  bash -c step_deps
 [ "$NO_BUILD" = 1 ] || run_step build 120 "${BUILD_LIMIT_S:-240}" bash -c step_build
@@ -240,6 +248,7 @@ run_step shared_tests 90   220 bash -c step_shared_tests
 run_step gpu_overhead 40   90  bash -c step_gpu_overhead
 run_step busbw        40   120 bash -c step_busbw
 run_step cpu_scaling  80   180 bash -c step_cpu_scaling
+run_step cpu_step_cost 30  60  bash -c step_cpu_step_cost
 [ "$DRY" = 1 ] && exit 0
 
 echo; echo "== summary ($((SECONDS - T0)) s)"

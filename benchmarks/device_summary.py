@@ -4,7 +4,8 @@ the steps wrote, one JSON file.
     python benchmarks/device_summary.py --steps STEPS.tsv --dir WORKDIR [--json OUT/device_check.json]
 
 STEPS.tsv: one line per step, "name<TAB>status<TAB>seconds<TAB>detail" (status pass, fail or skip).
-WORKDIR: the JSON files the steps wrote (gpu_overhead.json, busbw_*.json, synthetic.json); a missing file
+WORKDIR: the JSON files the steps wrote (gpu_overhead.json, busbw_*.json, synthetic.json, step_cost.json,
+the last one carried along as it is); a missing file
 leaves its goals "not measured". Exit code: 1 when a step failed, else 2 when a measured goal was missed,
 else 0.
 """
@@ -94,6 +95,7 @@ def main(argv=None):
     missed = [g["goal"] for g in goals if g["status"] == "missed"]
     summary = {"steps": steps, "goals": goals, "cpu_figures": syn_figures, "busbw": busbw,
                "gpu_overhead": load(os.path.join(args.dir, "gpu_overhead.json")),
+               "step_cost": load(os.path.join(args.dir, "step_cost.json")),
                "failed_steps": failed, "missed_goals": missed,
                "notes": ["Horovod itself is not on the device (no network to install it): the CPU comparison is "
                          "against one process, independent processes and torch DDP over gloo only."]}

@@ -38,6 +38,8 @@ if(NOT _phv_nccl_mode STREQUAL "OFF")
     find_package(CUDAToolkit REQUIRED)
     add_library(phv_nccl STATIC
       "${CMAKE_SOURCE_DIR}/csrc/backends/nccl_backend.cc"
+      "${CMAKE_SOURCE_DIR}/csrc/backends/cuda_staged_backend.cc"
+      "${CMAKE_SOURCE_DIR}/csrc/backends/cuda_router.cc"
       "${CMAKE_SOURCE_DIR}/csrc/backends/cuda_kernels.cu")
     set_target_properties(phv_nccl PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                               POSITION_INDEPENDENT_CODE ON)

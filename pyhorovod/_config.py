@@ -113,6 +113,7 @@ class Config:
     shm_spin_us: int = -1                     # PYHOROVOD_SHM_SPIN_US: poll the rings before sleeping (-1 auto)
     shm_spin_yield: int = -1                  # PYHOROVOD_SHM_SPIN_YIELD: 1 yield while polling, 0 not, -1 auto
     hostname: Optional[str] = None            # PYHOROVOD_HOSTNAME, else HOROVOD_HOSTNAME (host grouping)
+    gpu_path: str = "auto"                    # PYHOROVOD_GPU_PATH: auto, nccl or staged (CUDA collectives)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -181,6 +182,11 @@ class Config:
                 raise ValueError(f"environment variable PYHOROVOD_SHM_SPIN_YIELD={v} must be -1, 0 or 1")
             c.shm_spin_yield = v
         c.hostname = first(env, ["PYHOROVOD_HOSTNAME", "HOROVOD_HOSTNAME"])
+        v = get_str(env, "PYHOROVOD_GPU_PATH")
+        if v is not None:
+            if v.lower() not in ("auto", "nccl", "staged"):
+                raise ValueError(f"environment variable PYHOROVOD_GPU_PATH={v!r} is not one of auto, nccl, staged")
+            c.gpu_path = v.lower()
         return c
 
     def engine_options(self, *, rank, size, local_rank, local_size, cross_rank, cross_size, store_host,
@@ -221,4 +227,5 @@ class Config:
         opts.dynamic_process_sets = self.dynamic_process_sets
         opts.process_sets = [list(r) for r in process_sets]
         opts.log_level = self.log_level
+        opts.gpu_path = self.gpu_path
         return opts

@@ -74,6 +74,7 @@ class EngineOptions:
     stall_check_s: float; stall_shutdown_s: float; stall_check_disable: bool
     timeline_path: str; timeline_mark_cycles: bool; timeout_s: float
     dynamic_process_sets: bool; process_sets: list; log_level: int
+    gpu_path: str  # "auto", "nccl" or "staged": how CUDA collectives travel (csrc/backends/gpu_path.h)
 
 class DeviceBuffer:
     # allgather/alltoall output of CUDA tensors: engine-owned device memory, flat uint8, wrapped without a

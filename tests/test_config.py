@@ -17,6 +17,7 @@ def test_defaults_match_engine_defaults():
     assert c.timeout_s == 1800.0 and c.connect_timeout_s == 60.0
     assert c.segment_bytes == 0 and c.small_threshold_bytes == 0 and c.shm_enable is True
     assert (c.shm_spin_us, c.shm_spin_yield) == (-1, -1)
+    assert c.gpu_path == "auto"
 
 
 def test_every_variable_is_read():
@@ -29,7 +30,7 @@ def test_every_variable_is_read():
         "PYHOROVOD_TIMEOUT_SECONDS": "12.5", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "4",
         "PYHOROVOD_SEGMENT_BYTES": "65536", "PYHOROVOD_SMALL_THRESHOLD_BYTES": "4096", "PYHOROVOD_SHM": "0",
         "HOROVOD_HOSTNAME": "node7", "PYHOROVOD_SHM_SPIN_US": "50", "PYHOROVOD_SHM_SPIN_YIELD": "0",
-        "PYHOROVOD_FUSION_MAX_TENSOR_BYTES": "0",
+        "PYHOROVOD_FUSION_MAX_TENSOR_BYTES": "0", "PYHOROVOD_GPU_PATH": "Staged",
     }
     c = Config.from_env(env)
     assert (c.fusion_threshold_bytes, c.cycle_time_ms, c.cache_capacity) == (1 << 20, 2.5, 0)
@@ -40,6 +41,7 @@ def test_every_variable_is_read():
     assert (c.segment_bytes, c.small_threshold_bytes, c.shm_enable) == (65536, 4096, False)
     assert c.hostname == "node7" and (c.shm_spin_us, c.shm_spin_yield) == (50, 0)
     assert c.fusion_max_tensor_bytes == 0
+    assert c.gpu_path == "staged"
 
 
 def test_own_names_win_over_horovod_names():
@@ -64,7 +66,7 @@ def test_empty_values_count_as_unset():
     ("HOROVOD_DYNAMIC_PROCESS_SETS", "x"), ("PYHOROVOD_TIMEOUT_SECONDS", "0"),
     ("PYHOROVOD_TIMEOUT_SECONDS", "inf"), ("PYHOROVOD_CONNECT_TIMEOUT_SECONDS", "soon"),
     ("PYHOROVOD_SEGMENT_BYTES", "1e6"), ("PYHOROVOD_SMALL_THRESHOLD_BYTES", "-5"), ("PYHOROVOD_SHM", "sometimes"),
-    ("PYHOROVOD_SHM_SPIN_US", "-2"), ("PYHOROVOD_SHM_SPIN_YIELD", "2"),
+    ("PYHOROVOD_SHM_SPIN_US", "-2"), ("PYHOROVOD_SHM_SPIN_YIELD", "2"), ("PYHOROVOD_GPU_PATH", "ipc"),
 ])
 def test_invalid_value_names_the_variable(name, value):
     with pytest.raises(ValueError, match=name):
@@ -74,7 +76,8 @@ def test_invalid_value_names_the_variable(name, value):
 def test_engine_options_are_filled():
     c = Config.from_env({"HOROVOD_FUSION_THRESHOLD": "1000", "HOROVOD_CYCLE_TIME": "3",
                          "PYHOROVOD_SEGMENT_BYTES": "8192", "PYHOROVOD_SHM": "0", "HOROVOD_LOG_LEVEL": "error",
-                         "PYHOROVOD_TIMEOUT_SECONDS": "9", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "8"})
+                         "PYHOROVOD_TIMEOUT_SECONDS": "9", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "8",
+                         "PYHOROVOD_GPU_PATH": "nccl"})
     o = c.engine_options(rank=1, size=4, local_rank=1, local_size=2, cross_rank=0, cross_size=2,
                          store_host="127.0.0.1", store_port=1234, secret=b"s3cret", bind_host="127.0.0.1",
                          store_prefix="phv/g0", process_sets=[[0, 1], [2, 3]])
@@ -84,5 +87,8 @@ def test_engine_options_are_filled():
     assert o.connect.shm_enable is False and o.connect.tuning.segment_bytes == 8192
     assert o.connect.connect_timeout_s == 8.0 and o.timeout_s == 9.0
     assert o.fusion_threshold_bytes == 1000 and o.cycle_time_ms == 3.0 and o.fusion_max_tensor_bytes == 1 << 20
-    assert int(o.log_level) == 4
+    assert int(o.log_level) == 4 and o.gpu_path == "nccl"
+    assert c.engine_options(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1,
+                            store_host="127.0.0.1", store_port=1, secret=b"s", bind_host="127.0.0.1",
+                            store_prefix="p").gpu_path == "nccl"
     assert [list(s) for s in o.process_sets] == [[0, 1], [2, 3]]

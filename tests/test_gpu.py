@@ -1,8 +1,8 @@
 """CUDA tensors through the GPU backend (issue 9).
 
 The GPU tests skip, with the reason, where torch sees no CUDA device or pyhorovod was built without the
-GPU backend; they run one rank on one GPU, and 2 ranks when there are 2 or more GPUs (NCCL refuses two
-ranks on one device). benchmarks/gpu_check.sh builds and runs them on a machine with a GPU.
+GPU backend; they run one rank on one GPU, and 2 ranks when there are 2 or more GPUs (several ranks on one
+GPU: test_gpu_shared.py). benchmarks/device_check.sh builds and runs them on a machine with a GPU.
 The CPU tests at the end run everywhere: a CUDA request that cannot run (no GPU backend in the build, no
 CUDA device, an unsupported combination) fails alone, with a clear ValueError, and the engine keeps
 working.
@@ -27,7 +27,7 @@ def _gpu_count():
 def _skip_reason():
     import pyhorovod
     if not pyhorovod.build_info().get("nccl"):
-        return "pyhorovod was built without the GPU backend (PYHOROVOD_WITH_NCCL; see benchmarks/gpu_check.sh)"
+        return "pyhorovod was built without the GPU backend (PYHOROVOD_WITH_NCCL; see benchmarks/device_check.sh)"
     if _gpu_count() == 0:
         return "no CUDA device visible to torch"
     return None
@@ -41,8 +41,10 @@ def _setup():
     import torch
     import pyhorovod.torch as hvd
     hvd.init()
-    torch.cuda.set_device(hvd.local_rank())
-    return torch, hvd, torch.device("cuda", hvd.local_rank())
+    # Ranks beyond the device count share devices (test_gpu_shared.py: several ranks on one GPU).
+    device = hvd.local_rank() % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return torch, hvd, torch.device("cuda", device)
 
 
 def _check(results):
@@ -188,21 +190,60 @@ def body_optimizer():
 
 
 def body_cupy():
+    """Every collective, op and dtype CuPy has (no bfloat16 there) on CuPy arrays, checked against numpy."""
     import cupy
+    import numpy as np
     import pyhorovod as hvd
     hvd.init()
-    cupy.cuda.Device(hvd.local_rank()).use()
+    cupy.cuda.Device(hvd.local_rank() % cupy.cuda.runtime.getDeviceCount()).use()
     r, n = hvd.rank(), hvd.size()
-    failures = []
-    x = cupy.arange(10, dtype=cupy.float32) + r
-    got = hvd.allreduce(x, op=hvd.Sum)
-    if not isinstance(got, cupy.ndarray) or not bool((got == cupy.arange(10) * n + n * (n - 1) / 2).all()):
-        failures.append(f"cupy allreduce: {got!r}")
-    g = hvd.allgather(cupy.full((r + 1, 2), r, dtype=cupy.int32))
-    exp = cupy.concatenate([cupy.full((k + 1, 2), k, dtype=cupy.int32) for k in range(n)])
-    if not isinstance(g, cupy.ndarray) or g.shape != exp.shape or not bool((g == exp).all()):
-        failures.append(f"cupy allgather: {g!r}")
-    return {"failures": failures, "count": 2}
+    failures, count = [], 0
+
+    def eq(label, got, expected):
+        nonlocal count
+        count += 1
+        ok = (isinstance(got, cupy.ndarray) and got.dtype == expected.dtype and got.shape == expected.shape
+              and np.array_equal(cupy.asnumpy(got), expected))
+        if not ok:
+            failures.append(f"cupy {label}: got {got!r}, expected {expected!r}")
+
+    for dt in [d for d in DTYPES if d != "bfloat16"]:
+        ndt = np.dtype(dt)
+        base = (np.arange(12) % 4).reshape(3, 4)
+        x = (base + r).astype(ndt)
+        wide = np.stack([base + k for k in range(n)])
+        if dt == "bool":
+            allx = wide.astype(bool)
+            exp = {"Sum": allx.any(0), "Max": allx.any(0), "Min": allx.all(0), "Product": allx.all(0)}
+        else:
+            exp = {"Sum": wide.sum(0).astype(ndt), "Min": wide.min(0).astype(ndt), "Max": wide.max(0).astype(ndt),
+                   "Product": wide.prod(0).astype(ndt)}
+            if dt in FLOATS:
+                exp["Average"] = (wide.sum(0) / n).astype(ndt)
+        for opname, expected in exp.items():
+            eq(f"allreduce {dt} {opname}", hvd.allreduce(cupy.asarray(x), op=getattr(hvd, opname)), expected)
+            y = cupy.asarray(x)
+            hvd.allreduce_(y, op=getattr(hvd, opname))
+            eq(f"allreduce_ {dt} {opname}", y, expected)
+        mine = np.full((r + 1, 2), r).astype(ndt)
+        eq(f"allgather {dt}", hvd.allgather(cupy.asarray(mine)),
+           np.concatenate([np.full((k + 1, 2), k).astype(ndt) for k in range(n)]))
+        y = cupy.asarray(x)
+        hvd.broadcast_(y, root_rank=n - 1)
+        eq(f"broadcast_ {dt}", y, (base + n - 1).astype(ndt))
+        val = (lambda src, dst: src == dst) if dt == "bool" else (lambda src, dst: 10 * src + dst)
+        send = np.concatenate([np.full((k + 1, 3), val(r, k)) for k in range(n)]).astype(ndt)
+        out, _ = hvd.alltoall(cupy.asarray(send), splits=[k + 1 for k in range(n)])
+        eq(f"alltoall {dt}", out, np.concatenate([np.full((r + 1, 3), val(k, r)) for k in range(n)]).astype(ndt))
+        if dt != "bool":
+            rows = 2 * n + 1
+            grid = np.arange(rows * 2).reshape(rows, 2) % 5
+            total = sum(grid + k for k in range(n)).astype(ndt)
+            start = sum(rows // n + (1 if k < rows % n else 0) for k in range(r))
+            size = rows // n + (1 if r < rows % n else 0)
+            eq(f"reducescatter {dt}", hvd.reducescatter(cupy.asarray((grid + r).astype(ndt)), op=hvd.Sum),
+               total[start:start + size])
+    return {"failures": failures, "count": count}
 
 
 @needs_gpu

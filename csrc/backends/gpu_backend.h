@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "algorithms/tuning.h"
+#include "backends/gpu_path.h"
 #include "common/types.h"
 #include "rendezvous/store.h"
 #include "transport/transport.h"
@@ -46,10 +48,18 @@ class GpuBackend {
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
 };
 
-// One NCCL communicator per process set (member list), created on first use; its unique id travels
-// through `store` under `prefix`. device: the CUDA ordinal this rank uses (usually its local rank).
-std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, int global_rank,
-                                             int device, double timeout_s);
+struct GpuBackendOptions {
+  int global_rank = 0;
+  int device = 0;          // the CUDA ordinal this rank uses (usually its local rank)
+  double timeout_s = 300;  // per call, and for the rendezvous of a communicator's first use
+  Tuning tuning;           // the host algorithms' tuning, for the host-staged path
+  GpuPathRequest path = GpuPathRequest::AUTO;  // PYHOROVOD_GPU_PATH
+};
+
+// Per process set (member list), on its first CUDA collective, the members agree on a path (gpu_path.h):
+// one NCCL communicator, whose unique id travels through `store` under `prefix`, or the host-staged
+// path when members share a device. The choice is logged (a warning for the staged path).
+std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, const GpuBackendOptions& options);
 bool gpu_backend_built();
 // NCCL_VERSION_CODE of the nccl.h the backend was compiled against (e.g. 22807 for 2.28.7); 0 without it.
 int nccl_version_built();

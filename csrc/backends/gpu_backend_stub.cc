@@ -5,7 +5,7 @@
 
 namespace phv {
 
-std::unique_ptr<GpuBackend> make_gpu_backend(Store&, const std::string&, int, int, double) {
+std::unique_ptr<GpuBackend> make_gpu_backend(Store&, const std::string&, const GpuBackendOptions&) {
   throw_error(ErrorKind::INVALID_ARGUMENT,
               "pyhorovod was built without the GPU backend (NCCL), so CUDA tensors are not supported; "
               "rebuild with nvcc and NCCL present (pip install nvidia-nccl-cu13) and "

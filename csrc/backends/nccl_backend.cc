@@ -22,16 +22,14 @@
 #include <string>
 #include <thread>
 
+#include "backends/cuda_check.h"
 #include "backends/cuda_kernels.h"
+#include "backends/cuda_backends.h"
 #include "backends/gpu_backend.h"
 #include "common/error.h"
 
 namespace phv {
 namespace {
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw_error(ErrorKind::INTERNAL, "CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
 
 void check_nccl(ncclResult_t res, const char* what) {
   if (res != ncclSuccess) throw_error(ErrorKind::INTERNAL, "NCCL error in ", what, ": ", ncclGetErrorString(res));
@@ -221,12 +219,7 @@ class NcclBackend : public GpuBackend {
     finish(nc, t0, "reducescatter");
   }
 
-  std::shared_ptr<void> allocate(size_t bytes) override {
-    void* p = nullptr;
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");  // the calling thread may not have chosen it yet
-    check_cuda(cudaMalloc(&p, bytes > 0 ? bytes : 1), "cudaMalloc");
-    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-  }
+  std::shared_ptr<void> allocate(size_t bytes) override { return cuda_allocate(device_, bytes); }
 
  private:
   // Orders our stream after the producer's work: event on the producer stream, wait on ours.
@@ -380,17 +373,10 @@ class NcclBackend : public GpuBackend {
 
 }  // namespace
 
-std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, int global_rank, int device,
-                                             double timeout_s) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
-    throw_error(ErrorKind::INVALID_ARGUMENT, "pyhorovod's GPU backend is built, but no CUDA device is visible");
-  if (device < 0 || device >= count)
-    throw_error(ErrorKind::INVALID_ARGUMENT, "CUDA device ", device, " does not exist (", count, " visible)");
+std::unique_ptr<GpuBackend> make_nccl_backend(Store& store, const std::string& prefix, int global_rank, int device,
+                                              double timeout_s) {
   return std::make_unique<NcclBackend>(store, prefix, global_rank, device, timeout_s);
 }
-
-bool gpu_backend_built() { return true; }
 
 int nccl_version_built() { return NCCL_VERSION_CODE; }
 

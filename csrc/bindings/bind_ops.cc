@@ -74,6 +74,7 @@ void register_ops(py::module_& m) {
       .def_readwrite("timeout_s", &EngineOptions::timeout_s)
       .def_readwrite("dynamic_process_sets", &EngineOptions::dynamic_process_sets)
       .def_readwrite("process_sets", &EngineOptions::process_sets)
+      .def_readwrite("gpu_path", &EngineOptions::gpu_path)
       .def_property(
           "log_level", [](const EngineOptions& o) { return static_cast<int>(o.log_level); },
           [](EngineOptions& o, int level) {

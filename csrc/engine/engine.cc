@@ -47,9 +47,15 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
     // The GPU backend shares our store (NCCL unique ids under <prefix>/gpu), made on the first CUDA request.
     TcpBackend* tcp = impl_->backend;
     std::string gpu_prefix = c.store_prefix + "/gpu";
-    double gpu_timeout = options.timeout_s;
-    impl_->core->set_gpu_factory([tcp, gpu_prefix, gpu_timeout, rank = c.rank](int device) {
-      return make_gpu_backend(tcp->store(), gpu_prefix, rank, device, gpu_timeout);
+    GpuBackendOptions gpu;
+    gpu.global_rank = c.rank;
+    gpu.timeout_s = options.timeout_s;
+    gpu.tuning = tcp->tuning();
+    gpu.path = parse_gpu_path_request(options.gpu_path);
+    impl_->core->set_gpu_factory([tcp, gpu_prefix, gpu](int device) {
+      GpuBackendOptions mine = gpu;
+      mine.device = device;
+      return make_gpu_backend(tcp->store(), gpu_prefix, mine);
     });
   } catch (...) {
     delete impl_->explaining;

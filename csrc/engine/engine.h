@@ -31,6 +31,7 @@ struct EngineOptions {
   bool dynamic_process_sets = false;           // HOROVOD_DYNAMIC_PROCESS_SETS
   std::vector<std::vector<int>> process_sets;  // static process sets registered at init (ids 1, 2, ...)
   LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL
+  std::string gpu_path = "auto";               // PYHOROVOD_GPU_PATH: auto, nccl or staged (gpu_path.h)
 };
 
 using Handle = int64_t;

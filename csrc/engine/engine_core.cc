@@ -158,7 +158,13 @@ void EngineCore::check_gpu(const Request& request) {
     PHV_CHECK_ARG(size_ == 1, "this engine has no rendezvous store for the GPU backend");
     gpu_store_ = std::make_unique<MemoryStore>();
     gpu_factory_ = [this](int device) {
-      return make_gpu_backend(*gpu_store_, "phv", rank_, device, options_.timeout_s);
+      GpuBackendOptions gpu;
+      gpu.global_rank = rank_;
+      gpu.device = device;
+      gpu.timeout_s = options_.timeout_s;
+      gpu.tuning = options_.connect.tuning;
+      gpu.path = parse_gpu_path_request(options_.gpu_path);
+      return make_gpu_backend(*gpu_store_, "phv", gpu);
     };
   }
   // A backend that cannot be made (no CUDA device, a build without NCCL) is not an argument error: the

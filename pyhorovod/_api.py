@@ -183,14 +183,15 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
     claimed = None
     if not name:
         name, claimed = _claim_sync_name(op_type, process_set)
+    engine = basics.engine()
     try:
-        return basics.engine().run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
-                                        postscale, root, process_set, timeout)
-    except Exception as e:
-        mapped = translate(e)
-        if mapped is e:
-            raise
-        raise mapped from e
+        return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
+                               postscale, root, process_set, timeout)
+    except _core.CoreError as e:
+        raise translate(e) from e
+    except BaseException:
+        _shut_down_if_interrupted(engine)
+        raise
     finally:
         if claimed is not None:
             with _lock:
@@ -251,12 +252,23 @@ def synchronize(handle: int):
                 results.append(engine.wait(h))
             except _core.CoreError as e:
                 error = error or e
+    except BaseException:
+        _shut_down_if_interrupted(engine)  # before the finally below releases the buffers
+        raise
     finally:
         with _lock:
             _handles.pop(handle, None)
     if error is not None:
         raise translate(error) from error
     return entry.finalize(results)
+
+
+def _shut_down_if_interrupted(engine) -> None:
+    """A signal handler raised while this thread waited (KeyboardInterrupt, a test runner's timeout):
+    the engine has stopped (its sockets close, so the peers fail at once naming this rank). Shut
+    pyhorovod down here, so that the exception reaches the caller and shutdown(); init() starts afresh."""
+    if engine.interrupted:
+        basics.shutdown()
 
 
 def _drop_all():

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
 
@@ -31,6 +32,7 @@ struct Acceptor {
   std::atomic<size_t>* rejected;
   std::string error;  // set on failure
   std::atomic<bool> cancel{false};  // the connecting side failed: give up early
+  std::atomic<bool> finished{false};
 
   void run() {
     struct Pending {
@@ -70,7 +72,7 @@ struct Acceptor {
         fds.push_back({p.fd.get(), POLLIN, 0});
         next = std::min(next, p.until);
       }
-      ::poll(fds.data(), fds.size(), poll_timeout_ms(next, 200));
+      ::poll(fds.data(), fds.size(), poll_timeout_ms(next, kInterruptSliceMs));
       now = Clock::now();
       if (fds[0].revents & POLLIN) {
         for (;;) {
@@ -147,9 +149,12 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
   std::string my_addr = opt.rank > 0 ? join_host_port(published_host(opt.bind_host), local_port(listener.get())) : "";
   store.set(key_base + std::to_string(opt.rank), my_addr);
 
-  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", false};
+  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", false, false};
   std::thread accept_thread;
-  if (opt.rank > 0) accept_thread = std::thread([&] { acceptor.run(); });
+  if (opt.rank > 0) accept_thread = std::thread([&] {
+    acceptor.run();
+    acceptor.finished = true;
+  });
 
   std::string connect_error;
   ErrorKind connect_kind = ErrorKind::INTERNAL;
@@ -174,6 +179,17 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
   }
   if (accept_thread.joinable()) {
     if (!connect_error.empty()) acceptor.cancel = true;
+    // The acceptor has no interrupt check of its own (a thread of ours): the caller asks its check while
+    // it waits for the acceptor, and cancels it when told to stop.
+    while (!acceptor.finished && !acceptor.cancel && interrupt_installed()) {
+      if (interrupt_requested()) {
+        acceptor.cancel = true;
+        connect_kind = ErrorKind::INTERRUPTED;
+        connect_error = "rank " + std::to_string(opt.rank) + ": interrupted while waiting for connections";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     accept_thread.join();
   }
   if (!connect_error.empty()) throw HvdError(connect_kind, connect_error);

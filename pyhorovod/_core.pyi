@@ -1,8 +1,9 @@
 # Contract of the C++ extension pyhorovod._core (csrc/bindings). Python code relies on exactly this.
-# Every blocking method releases the GIL; Engine.__init__/wait/run_sync/add/remove_process_set and
-# TcpStore.__init__/get/wait run signal handlers every 100 ms while they wait on the main thread, and
-# raise the exception a handler raised (then Engine.interrupted is True). Errors: the core raises _core.CoreError subclasses mapped in
-# pyhorovod/errors.py: InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown -> HorovodInternalError.
+# Every blocking method releases the GIL. Engine.__init__/wait/run_sync/add/remove_process_set,
+# TcpStore.__init__/get/wait and Communicator.__init__/collectives run signal handlers every 100 ms while
+# they wait on the main thread, and raise the exception a handler raised (Engine.interrupted is then
+# True). Errors: the core raises _core.CoreError subclasses mapped in pyhorovod/errors.py:
+# InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown/Interrupted -> HorovodInternalError.
 from typing import Any, Optional, Sequence
 
 # DataType codes (csrc/common/types.h)

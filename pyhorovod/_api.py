@@ -190,7 +190,7 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
     except _core.CoreError as e:
         raise translate(e) from e
     except BaseException:
-        _shut_down_if_interrupted(engine)
+        _after_interrupt(engine)
         raise
     finally:
         if claimed is not None:
@@ -253,7 +253,7 @@ def synchronize(handle: int):
             except _core.CoreError as e:
                 error = error or e
     except BaseException:
-        _shut_down_if_interrupted(engine)  # before the finally below releases the buffers
+        _after_interrupt(engine, entry)  # before the finally below releases the buffers
         raise
     finally:
         with _lock:
@@ -263,12 +263,18 @@ def synchronize(handle: int):
     return entry.finalize(results)
 
 
-def _shut_down_if_interrupted(engine) -> None:
-    """A signal handler raised while this thread waited (KeyboardInterrupt, a test runner's timeout):
-    the engine has stopped (its sockets close, so the peers fail at once naming this rank). Shut
-    pyhorovod down here, so that the exception reaches the caller and shutdown(); init() starts afresh."""
+def _after_interrupt(engine, entry: Optional[_Entry] = None) -> None:
+    """A wait raised something other than a core error: mostly a signal handler's exception
+    (KeyboardInterrupt, a test runner's timeout). If the engine was interrupted by it, it has stopped
+    (its sockets close, so the peers fail at once naming this rank): shut pyhorovod down, so that
+    shutdown(); init() starts afresh. Otherwise (the handler raised just as the wait completed) the
+    engine works on, and requests of the handle not waited for yet may still run: their buffers stay
+    referenced until shutdown."""
     if engine.interrupted:
         basics.shutdown()
+    elif entry is not None:
+        with _lock:
+            _orphans.append(entry)
 
 
 def _drop_all():

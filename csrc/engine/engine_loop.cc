@@ -224,17 +224,18 @@ ErrorKind EngineCore::stop_kind(ErrorKind transport_kind) {
 bool EngineCore::abort_requested(void* core) { return static_cast<EngineCore*>(core)->abort_.load(); }
 
 std::string EngineCore::describe_round(const void* core) {
+  // Names the requests this rank waits to run: those of the round, then those enqueued since it began.
   const EngineCore& e = *static_cast<const EngineCore*>(core);
   std::string out = "negotiation round " + std::to_string(e.round_) + " (the exchange with the coordinator, rank 0";
   int shown = 0;
-  for (const auto& kv : e.pending_) {
-    if (kv.second->held) continue;
-    if (shown == 3) {
-      out += ", ...";
-      break;
-    }
-    out += (shown++ ? ", " : ", for ") + kv.second->label();
-  }
+  auto add = [&](const OpPtr& op) {
+    if (op->held || shown > 3) return;
+    out += shown == 3 ? ", ..." : (shown ? ", " : ", for ") + op->label();
+    ++shown;
+  };
+  for (const auto& kv : e.pending_) add(kv.second);
+  std::lock_guard<std::mutex> lock(e.mu_);  // (the caller, the round-token holder, holds no lock)
+  for (const OpPtr& op : e.incoming_) add(op);
   return out + ")";
 }
 

@@ -226,14 +226,15 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
     claimed = None
     if not name:
         name, claimed = _claim_sync_name(op_type, process_set)
+    engine = basics.engine()
     try:
-        return basics.engine().run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
-                                        postscale, root, process_set, timeout)
-    except Exception as e:
-        mapped = translate(e)
-        if mapped is e:
-            raise
-        raise mapped from e
+        return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
+                               postscale, root, process_set, timeout)
+    except _core.CoreError as e:
+        raise translate(e) from e
+    except BaseException:
+        _after_interrupt(engine)
+        raise
     finally:
         if claimed is not None:
             with _lock:
@@ -343,6 +344,9 @@ def synchronize(handle: int):
                 results.append(engine.wait(h))
             except _core.CoreError as e:
                 error = error or e
+    except BaseException:
+        _after_interrupt(engine, entry)  # before the finally below releases the buffers
+        raise
     finally:
         with _lock:
             _handles.pop(handle, None)
@@ -351,6 +355,20 @@ def synchronize(handle: int):
     if error is not None:
         raise translate(error) from error
     return entry.finalize(results)
+
+
+def _after_interrupt(engine, entry: Optional[_Entry] = None) -> None:
+    """A wait raised something other than a core error: mostly a signal handler's exception
+    (KeyboardInterrupt, a test runner's timeout). If the engine was interrupted by it, it has stopped
+    (its sockets close, so the peers fail at once naming this rank): shut pyhorovod down, so that
+    shutdown(); init() starts afresh. Otherwise (the handler raised just as the wait completed) the
+    engine works on, and requests of the handle not waited for yet may still run: their buffers stay
+    referenced until shutdown."""
+    if engine.interrupted:
+        basics.shutdown()
+    elif entry is not None:
+        with _lock:
+            _orphans.append(entry)
 
 
 def _drop_all():

@@ -1,6 +1,9 @@
 # Contract of the C++ extension pyhorovod._core (csrc/bindings). Python code relies on exactly this.
-# Every blocking method releases the GIL. Errors: the core raises _core.CoreError subclasses mapped in
-# pyhorovod/errors.py: InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown -> HorovodInternalError.
+# Every blocking method releases the GIL. Engine.__init__/wait/run_sync/add/remove_process_set,
+# TcpStore.__init__/get/wait and Communicator.__init__/collectives run signal handlers every 100 ms while
+# they wait on the main thread, and raise the exception a handler raised (Engine.interrupted is then
+# True). Errors: the core raises _core.CoreError subclasses mapped in pyhorovod/errors.py:
+# InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown/Interrupted -> HorovodInternalError.
 from typing import Any, Optional, Sequence
 
 # DataType codes (csrc/common/types.h)
@@ -17,6 +20,7 @@ class InternalError(CoreError): ...
 class TimeoutError_(InternalError): ...
 class PeerLostError(InternalError): ...
 class ShutdownError(InternalError): ...
+class InterruptedError_(InternalError): ...  # the engine stopped: a waiting call of this rank was interrupted
 
 def build_info() -> dict: ...  # {"version", "compiler", "cxx_flags", "nccl": bool, "nccl_version": int, "cuda": bool, "shm": bool}
 def sum_of_squares(ptr: int, count: int, dtype: int) -> float: ...  # float32/float64 host buffer, in double
@@ -118,3 +122,4 @@ class Engine:
     def stop_timeline(self) -> None: ...
     def shutdown(self) -> None: ...
     rank: int; size: int
+    interrupted: bool  # a wait was interrupted: the engine stops; only shutdown() is left to call

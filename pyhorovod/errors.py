@@ -7,7 +7,12 @@ peer rank and address, the op, the tensor name, the sequence number). They map o
     _core.TimeoutError_         -> HorovodTimeoutError     (a deadline passed)
     _core.PeerLostError,
     _core.ShutdownError,
+    _core.InterruptedError_,
     _core.InternalError, other  -> HorovodInternalError    (the collective failed; as in horovod.torch)
+
+A transfer that breaks or stops moving stops the engine; its requests fail as PeerLostError on every rank,
+so HorovodTimeoutError always means "this request timed out and the engine still works". A signal
+handler that raises during a blocking call is not mapped: its own exception reaches the caller.
 
 The message is kept verbatim so that logs and tests see exactly what the core said.
 """

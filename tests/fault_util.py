@@ -109,3 +109,40 @@ def proc_children(ppid: int) -> Dict[int, Dict[str, str]]:
         except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
             continue
     return out
+
+
+class StderrTimes:
+    """Records when each line reaches this process's stderr (fd 2, so the C++ core's log lines too):
+    fd 2 becomes a pipe read by a thread that passes every line on to the original stderr. `lines()`
+    returns (time.time(), text) pairs; use as a context manager around the code to watch."""
+
+    def __init__(self):
+        import threading
+        self._lines = []
+        self._saved = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self._reader = threading.Thread(target=self._pump, args=(read_fd,), daemon=True)
+        self._reader.start()
+
+    def _pump(self, read_fd):
+        with os.fdopen(read_fd, "rb") as pipe:
+            for raw in pipe:
+                self._lines.append((time.time(), raw.decode(errors="replace").rstrip("\n")))
+                os.write(self._saved, raw)
+
+    def lines(self):
+        return list(self._lines)
+
+    def close(self):
+        os.dup2(self._saved, 2)   # closes the pipe's last writer: the reader sees EOF
+        self._reader.join(5)
+        os.close(self._saved)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

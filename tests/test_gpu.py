@@ -246,6 +246,40 @@ def body_cupy():
     return {"failures": failures, "count": count}
 
 
+def body_cuda_interrupt():
+    """Every rank's producer stream is busy for ~5 s (torch.cuda._sleep), so the CUDA allreduce waits on
+    the GPU; a SIGALRM handler raising KeyboardInterrupt 1 s in must get through within a second."""
+    import signal
+    import time
+    torch, hvd, dev = _setup()
+    x = torch.ones(1024, device=dev)
+    hvd.allreduce(x, name="warm")  # the NCCL communicator exists from here on
+    torch.cuda.synchronize()
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt("alarm")
+    signal.signal(signal.SIGALRM, handler)
+    torch.cuda._sleep(int(1e10))  # ~5 s of GPU cycles on the current (producer) stream
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    t = time.monotonic()
+    try:
+        hvd.allreduce(x, name="x")
+        got = "returned"
+    except KeyboardInterrupt:
+        got = "KeyboardInterrupt"
+    return {"got": got, "late_s": time.monotonic() - t - 1.0, "initialized_after": hvd.is_initialized()}
+
+
+@needs_gpu
+def test_a_raising_signal_handler_interrupts_a_cuda_collective():
+    results = run_ranks(body_cuda_interrupt, RANKS, timeout=120)
+    for res in results:
+        print(f"MEASURED CUDA allreduce, rank {res.rank}: {res.value}")
+        assert res.value["got"] == "KeyboardInterrupt", res.value
+        assert res.value["late_s"] < 1.0, res.value
+        assert res.value["initialized_after"] is False, res.value
+
+
 @needs_gpu
 def test_each_op_and_dtype():
     _check(run_ranks(body_ops, RANKS, timeout=240))

@@ -3,7 +3,8 @@
 // Copies per fused allreduce of k entries: k device-to-device copies in, one NCCL allreduce in place,
 // k copies out (a single entry skips the fusion buffer: at most one copy in->out, then in place).
 // Waiting is a poll of cudaEventQuery against the deadline, so a peer that never joins turns into a
-// TIMEOUT (after ncclCommAbort) instead of a hang.
+// TIMEOUT (after ncclCommAbort) instead of a hang; the poll asks the waiting thread's interrupt check too
+// (INTERRUPTED, after ncclCommAbort).
 //
 // Communicators are non-blocking (ncclConfig_t.blocking = 0): a blocking ncclCommInitRank waits forever
 // for a peer that took the unique id and never initialises. The price is that any NCCL call on such a
@@ -27,6 +28,7 @@
 #include "backends/cuda_backends.h"
 #include "backends/gpu_backend.h"
 #include "common/error.h"
+#include "common/interrupt.h"
 
 namespace phv {
 namespace {
@@ -257,6 +259,12 @@ class NcclBackend : public GpuBackend {
         throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": NCCL ", what, " did not complete within ",
                     timeout_s_, " s (waited ", seconds_since(t0), " s)");
       }
+      if (interrupt_requested()) {  // the waiting thread was told to stop (common/interrupt.h)
+        ncclCommAbort(nc);
+        forget(nc);
+        throw_error(ErrorKind::INTERRUPTED, "rank ", global_rank_, ": NCCL ", what, " interrupted after ",
+                    seconds_since(t0), " s");
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -281,6 +289,12 @@ class NcclBackend : public GpuBackend {
         forget(nc);
         throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ",
                     timeout_s_, " s (waited ", waited, " s)");
+      }
+      if (interrupt_requested()) {
+        ncclCommAbort(nc);
+        forget(nc);
+        throw_error(ErrorKind::INTERRUPTED, "rank ", global_rank_, ": ", what, " interrupted after ",
+                    seconds_since(t0), " s");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (ncclCommGetAsyncError(nc, &res) != ncclSuccess) res = ncclInvalidUsage;  // unusable handle

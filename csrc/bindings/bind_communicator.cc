@@ -11,6 +11,7 @@
 #include "algorithms/algorithms.h"
 #include "backends/backend.h"
 #include "bindings/bind_buffer.h"
+#include "bindings/bind_interrupt.h"
 #include "common/error.h"
 #include "common/reduce.h"
 
@@ -138,13 +139,15 @@ class Communicator {
   }
 
  private:
-  // Runs fn on the backend without the GIL, one call at a time.
+  // Runs fn on the backend without the GIL, one call at a time, running signal handlers while it waits
+  // (bind_interrupt.h; a raising handler breaks the communicator's connections).
   template <typename F>
   void run(F&& fn) {
-    py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!backend_) throw_error(ErrorKind::SHUTDOWN, "rank ", rank_, ": the communicator has been closed");
-    fn(*backend_);
+    call_interruptible([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!backend_) throw_error(ErrorKind::SHUTDOWN, "rank ", rank_, ": the communicator has been closed");
+      fn(*backend_);
+    });
   }
 
   std::mutex mu_;
@@ -159,8 +162,7 @@ void register_communicator(py::module_& m) {
                            "Collectives on the calling thread, no engine: the raw core. Buffers are C-contiguous "
                            "buffer-protocol objects (numpy arrays); dtype is a DataType code.")
       .def(py::init([](const ConnectOptions& options) {
-             py::gil_scoped_release release;
-             return std::make_unique<Communicator>(options);
+             return call_interruptible([&] { return std::make_unique<Communicator>(options); });
            }),
            py::arg("options"))
       .def_property_readonly("rank", &Communicator::rank)

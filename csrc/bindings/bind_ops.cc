@@ -1,10 +1,12 @@
 // Python bindings of the engine (contract: pyhorovod/_core.pyi): EngineOptions, Result, Engine.
-// Blocking calls (constructor, wait, add/remove_process_set, shutdown) release the GIL. HvdError is
+// Blocking calls (constructor, wait, run_sync, add/remove_process_set, shutdown) release the GIL; all but
+// shutdown (which is bounded) run signal handlers while they wait (bind_interrupt.h). HvdError is
 // translated to the _core.*Error classes by bind_runtime.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/bind_interrupt.h"
 #include "engine/engine.h"
 
 namespace py = pybind11;
@@ -105,7 +107,10 @@ void register_ops(py::module_& m) {
       .def_readonly("value", &Result::value);
 
   py::class_<Engine>(m, "Engine")
-      .def(py::init<const EngineOptions&>(), py::arg("options"), py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](const EngineOptions& options) {
+             return call_interruptible([&] { return std::make_unique<Engine>(options); });
+           }),
+           py::arg("options"))
       .def(
           "enqueue",
           [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, uintptr_t input_ptr,
@@ -141,7 +146,9 @@ void register_ops(py::module_& m) {
           py::arg("stream") = 0, py::arg("sumsq_in") = 0, py::arg("sumsq_out") = 0,
           py::arg("fill_from") = 0)
       .def("poll", &Engine::poll, py::arg("handle"))
-      .def("wait", &Engine::wait, py::arg("handle"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "wait", [](Engine& e, Handle h) { return call_interruptible([&] { return e.wait(h); }); },
+          py::arg("handle"))
       // The synchronous fast path (pyhorovod's allreduce/broadcast/... without _async): positional
       // arguments only (keyword parsing costs microseconds), host buffers given as objects exposing the
       // buffer protocol (or raw int pointers), one GIL release for enqueue + wait.
@@ -162,21 +169,25 @@ void register_ops(py::module_& m) {
             r.postscale = postscale;
             r.root = root;
             r.process_set = process_set;
-            py::gil_scoped_release release;
-            return e.run_sync(std::move(r), timeout_s);
+            return call_interruptible([&] { return e.run_sync(std::move(r), timeout_s); });
           },
           py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
           py::arg("output"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
           py::arg("process_set"), py::arg("timeout_s"))
-      .def("add_process_set", &Engine::add_process_set, py::arg("ranks"), py::call_guard<py::gil_scoped_release>())
-      .def("remove_process_set", &Engine::remove_process_set, py::arg("id"),
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "add_process_set",
+          [](Engine& e, const std::vector<int>& ranks) { return call_interruptible([&] { return e.add_process_set(ranks); }); },
+          py::arg("ranks"))
+      .def(
+          "remove_process_set", [](Engine& e, int id) { call_interruptible([&] { e.remove_process_set(id); }); },
+          py::arg("id"))
       .def("process_set_ranks", &Engine::process_set_ranks, py::arg("id"))
       .def("process_set_ids", &Engine::process_set_ids)
       .def("auto_name_floor", &Engine::auto_name_floor, py::arg("prefix"))
       .def("start_timeline", &Engine::start_timeline, py::arg("path"), py::arg("mark_cycles") = false)
       .def("stop_timeline", &Engine::stop_timeline)
       .def("shutdown", &Engine::shutdown, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("interrupted", &Engine::interrupted)
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size);
 }

@@ -8,6 +8,7 @@
 
 #include "backends/gpu_backend.h"
 #include "backends/backend.h"
+#include "bindings/bind_interrupt.h"
 #include "common/error.h"
 #include "common/sum_of_squares.h"
 #include "common/types.h"
@@ -23,12 +24,12 @@ namespace {
 
 // Exception classes by ErrorKind. Leaked on purpose: they live as long as the interpreter, and
 // destroying them at exit after Python finalised would crash.
-PyObject* g_error_class[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-const char* kKindNames[5] = {"INTERNAL", "INVALID_ARGUMENT", "TIMEOUT", "PEER_LOST", "SHUTDOWN"};
+PyObject* g_error_class[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+const char* kKindNames[6] = {"INTERNAL", "INVALID_ARGUMENT", "TIMEOUT", "PEER_LOST", "SHUTDOWN", "INTERRUPTED"};
 
 void raise_core_error(ErrorKind kind, const char* what) {
   int k = static_cast<int>(kind);
-  if (k < 0 || k > 4) k = 0;
+  if (k < 0 || k > 5) k = 0;
   PyObject* cls = g_error_class[k];
   PyObject* exc = PyObject_CallFunction(cls, "s", what);
   if (exc == nullptr) return;  // the call set an error already
@@ -62,6 +63,9 @@ void register_errors(py::module_& m) {
       new_class(m, "PeerLostError", internal, "PEER_LOST", "A peer's connection closed or failed.");
   g_error_class[int(ErrorKind::SHUTDOWN)] =
       new_class(m, "ShutdownError", internal, "SHUTDOWN", "The communicator or engine has been shut down.");
+  g_error_class[int(ErrorKind::INTERRUPTED)] = new_class(
+      m, "InterruptedError_", internal, "INTERRUPTED",
+      "The engine stopped because a waiting call was interrupted (a signal handler raised).");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -134,8 +138,7 @@ void register_store(py::module_& m) {
   py::class_<TcpStoreClient>(m, "TcpStore", "Client of TcpStoreServer. Every call proves the secret in the handshake.")
       .def(py::init([](const std::string& host, int port, py::bytes secret, double timeout_s) {
              std::string s(secret);
-             py::gil_scoped_release release;
-             return std::make_unique<TcpStoreClient>(host, port, s, timeout_s);
+             return call_interruptible([&] { return std::make_unique<TcpStoreClient>(host, port, s, timeout_s); });
            }),
            py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("timeout_s"))
       .def("set",
@@ -147,17 +150,17 @@ void register_store(py::module_& m) {
            py::arg("key"), py::arg("value"))
       .def("get",
            [](TcpStoreClient& s, const std::string& key, double timeout_s) {
-             std::string v;
-             {
-               py::gil_scoped_release release;
-               v = s.get(key, timeout_s);
-             }
+             std::string v = call_interruptible([&] { return s.get(key, timeout_s); });
              return py::bytes(v);
            },
            py::arg("key"), py::arg("timeout_s"))
       .def("add", &TcpStoreClient::add, py::arg("key"), py::arg("delta"), py::call_guard<py::gil_scoped_release>())
-      .def("wait", &TcpStoreClient::wait, py::arg("keys"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "wait",
+          [](TcpStoreClient& s, const std::vector<std::string>& keys, double timeout_s) {
+            call_interruptible([&] { s.wait(keys, timeout_s); });
+          },
+          py::arg("keys"), py::arg("timeout_s"))
       .def("check", &TcpStoreClient::check, py::arg("key"), py::call_guard<py::gil_scoped_release>());
 }
 

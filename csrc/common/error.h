@@ -1,7 +1,9 @@
 // The one exception type of the core. Its kind decides the Python class it becomes
 // (pyhorovod/errors.py): INVALID_ARGUMENT -> ValueError, everything else -> HorovodInternalError
-// (TIMEOUT -> HorovodTimeoutError, a subclass). The message carries the context: our rank, the peer
-// rank and address, the op, the tensor name and the sequence number, as far as the thrower knows them.
+// (TIMEOUT -> HorovodTimeoutError, a subclass). INTERRUPTED: an interrupt check of the waiting thread
+// said stop (common/interrupt.h); the Python bindings raise the signal handler's exception in its place.
+// The message carries the context: our rank, the peer rank and address, the op, the tensor name and the
+// sequence number, as far as the thrower knows them.
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -9,7 +11,9 @@
 
 namespace phv {
 
-enum class ErrorKind : int { INTERNAL = 0, INVALID_ARGUMENT = 1, TIMEOUT = 2, PEER_LOST = 3, SHUTDOWN = 4 };
+enum class ErrorKind : int {
+  INTERNAL = 0, INVALID_ARGUMENT = 1, TIMEOUT = 2, PEER_LOST = 3, SHUTDOWN = 4, INTERRUPTED = 5
+};
 
 class HvdError : public std::runtime_error {
  public:

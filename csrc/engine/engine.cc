@@ -81,6 +81,7 @@ void Engine::start_timeline(const std::string& path, bool mark_cycles) { impl_->
 void Engine::stop_timeline() { impl_->core->stop_timeline(); }
 int Engine::rank() const { return impl_->core->rank(); }
 int Engine::size() const { return impl_->core->size(); }
+bool Engine::interrupted() const { return impl_->core != nullptr && impl_->core->interrupted(); }
 
 void Engine::shutdown() {
   if (impl_->leaked || impl_->core == nullptr) return;

@@ -44,7 +44,8 @@ class Engine {
   // Returns at once. Throws HvdError(INVALID_ARGUMENT) for bad arguments or a name already in flight.
   Handle enqueue(Request request, double timeout_s /* <=0: options.timeout_s */);
   bool poll(Handle handle);
-  // Waits (caller must not hold the GIL). Throws the request's error. Releases the handle.
+  // Waits (caller must not hold the GIL). Throws the request's error. Releases the handle. Wait and
+  // run_sync give up with INTERRUPTED when the calling thread's interrupt check says stop (interrupt.h).
   Result wait(Handle handle);
   // enqueue() + wait() for a caller that waits right away (same checks and errors; caller must not
   // hold the GIL): the calling thread runs the negotiation round, the background thread is not woken.
@@ -60,6 +61,9 @@ class Engine {
 
   // Stops the thread after the ranks agree (or after a timeout); pending handles fail with SHUTDOWN.
   void shutdown();
+  // True once an interrupt check of a waiting caller said stop (EngineCore::interrupted): the engine is
+  // stopping or stopped, and only shutdown() is left to call.
+  bool interrupted() const;
 
   // The highest number n of an automatic name "<prefix>n" that another rank made and this rank never
   // submitted, learnt from that request's failure (0: none); see engine/auto_name.h.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/gpu_backend.h"
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "common/sum_of_squares.h"
 #include "rendezvous/memory_store.h"
@@ -43,6 +44,11 @@ EngineCore::EngineCore(Transport& transport, const Tuning& tuning, const EngineO
     }
   }
   resp_buf_.resize(kSlotBytes);
+  // The stall inspector's limits, applied to bytes in flight too (transfer_watch.h).
+  double warn_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_check_s);
+  double fail_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_shutdown_s);
+  unit_watch_ = TransferWatch{warn_s, fail_s, &EngineCore::describe_unit, this};
+  round_watch_ = TransferWatch{warn_s, fail_s, &EngineCore::describe_round, this};
   next_cycle_ = Clock::now();
   thread_ = std::thread([this] { loop(); });
 }
@@ -204,6 +210,7 @@ Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle
   // thread wake-ups per request), the caller runs the rounds itself while its request is pending, when
   // the round token is free; whoever holds the token wakes the waiting callers after each round.
   if (!counted) ++callers_waiting_;
+  InterruptScope abort_scope(&EngineCore::abort_requested, this);  // for the rounds we drive
   while (!op->done) {
     // A fresh enqueue is news for the other ranks even when the last round found everybody waiting.
     bool can_progress = !all_waiting_ || !incoming_.empty() || Clock::now() >= next_cycle_;
@@ -215,7 +222,20 @@ Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle
       continue;
     }
     Deadline until = (stopped_ || can_progress) ? limit : std::min(limit, next_cycle_);
-    if (done_cv_.wait_until(lock, until) == std::cv_status::timeout && !op->done && Clock::now() >= limit) {
+    bool timed_out = done_cv_.wait_until(lock, interrupt_wake(until)) == std::cv_status::timeout;
+    if (!op->done && interrupt_due()) {
+      lock.unlock();  // the check may take the GIL: a Python thread holding it may be waiting for mu_
+      bool stop = interrupt_requested();
+      lock.lock();
+      if (stop && !op->done) {
+        abort_ = true;  // the round-token holder stops the engine at its next check
+        --callers_waiting_;
+        handles_.erase(handle);
+        throw HvdError(ErrorKind::INTERRUPTED, "rank " + std::to_string(rank_) + ": the wait for " + op->label() +
+                                                   " was interrupted");
+      }
+    }
+    if (timed_out && !op->done && Clock::now() >= limit) {
       --callers_waiting_;
       handles_.erase(handle);
       throw HvdError(ErrorKind::TIMEOUT, "rank " + std::to_string(rank_) + ": " + op->label() +

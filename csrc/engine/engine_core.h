@@ -35,6 +35,7 @@
 #include "engine/process_set.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
+#include "transport/transfer_watch.h"
 
 namespace phv {
 
@@ -66,6 +67,10 @@ class EngineCore {
   int64_t auto_name_floor(const std::string& prefix) const;  // see Engine::auto_name_floor
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // True once a caller's interrupt check said stop (common/interrupt.h): the engine then stops, as after
+  // a transport failure -- the round-token holder within an interrupt slice -- so the caller's side
+  // (pyhorovod) shuts it down and may init() afresh.
+  bool interrupted() const { return abort_.load(); }
   // Set once, before the first enqueue. Without it, CUDA requests are refused at enqueue.
   void set_gpu_factory(GpuFactory factory) { gpu_factory_ = std::move(factory); }
 
@@ -94,6 +99,13 @@ class EngineCore {
   void stop_all(ErrorKind kind, const std::string& reason);
   OpPtr find_pending(const Desc& d);
   void note_foreign_failure(const std::string& name);  // an error for a request this rank never made
+  // A unit or an exchange failed (the engine stops): the kind its requests get. A transport TIMEOUT
+  // becomes PEER_LOST: the streams are broken and the engine is gone, as for the ranks that see our
+  // sockets close (HorovodTimeoutError is kept for a request that timed out in a working engine).
+  ErrorKind stop_kind(ErrorKind transport_kind);
+  static bool abort_requested(void* core);            // the interrupt check of the round-token holder
+  static std::string describe_unit(const void* core);  // TransferWatch texts
+  static std::string describe_round(const void* core);
 
   Transport& transport_;
   EngineOptions options_;
@@ -123,6 +135,7 @@ class EngineCore {
   bool waiting_ = false;           // this rank reported requests that have not run yet
   int callers_waiting_ = 0;        // callers blocked in wait(): they run rounds themselves when they can
   Clock::time_point next_cycle_;
+  std::atomic<bool> abort_{false};  // a caller was interrupted: whoever drives a round stops the engine
 
   // The round token: whoever holds it (the background thread, or a caller of wait() whose request is
   // pending) runs rounds; everything below is touched only by the holder.
@@ -137,6 +150,8 @@ class EngineCore {
   std::unordered_map<int64_t, std::vector<OpPtr>> groups_;
   OpPtr join_op_;
   std::vector<OpPtr> taken_;
+  TransferWatch unit_watch_, round_watch_;  // stall limits of the data plane and of the exchanges
+  uint64_t unit_seq_ = 0;                   // the running unit's op number in its process set
   bool stop_req_seen_ = false;     // stop_requested_ as of this round
   bool stop_after_round_ = false;
   uint64_t round_ = 0;

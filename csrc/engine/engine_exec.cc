@@ -192,21 +192,23 @@ void EngineCore::run_unit(size_t begin, size_t end) {
     }
   }
   uint64_t seq = ++ps->ops_run;
+  unit_seq_ = seq;
   if (rank_ == 0 && timeline_.active()) {
     Clock::time_point now = Clock::now();
     for (const UnitEntry& e : unit_) timeline_.end(e.agreed->key(), "QUEUE", now);
   }
   try {
+    TransferWatchScope watch(&unit_watch_);
     executor_.run(ps->comm, unit_, deadline_after(timeout));
   } catch (const HvdError& e) {
-    std::string msg = "rank " + std::to_string(rank_) + ": " + unit_label(unit_) + " (op #" + std::to_string(seq) +
-                      " in process set " + std::to_string(first.set) + ") failed: " + e.what();
+    std::string msg = "rank " + std::to_string(rank_) + ": " + describe_unit(this) + " failed: " + e.what();
+    ErrorKind kind = stop_kind(e.kind());
     for (OpPtr& op : unit_ops_) {
       if (!op) continue;
       pending_.erase(op->desc.key());
-      fail(op, e.kind(), msg);
+      fail(op, kind, msg);
     }
-    throw HvdError(e.kind(), msg);
+    throw HvdError(kind, msg);
   }
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
@@ -214,6 +216,12 @@ void EngineCore::run_unit(size_t begin, size_t end) {
     pending_.erase(op->desc.key());
     finished_.push_back(op);
   }
+}
+
+std::string EngineCore::describe_unit(const void* core) {
+  const EngineCore& e = *static_cast<const EngineCore*>(core);
+  return unit_label(e.unit_) + " (op #" + std::to_string(e.unit_seq_) + " in process set " +
+         std::to_string(e.unit_.front().agreed->set) + ")";
 }
 
 void EngineCore::apply_set_change(const ResponseItem& item, Op* op) {

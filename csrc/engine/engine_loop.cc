@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "engine/engine_core.h"
 #include "engine/fusion.h"
@@ -24,6 +25,7 @@ constexpr auto kCoalesce = std::chrono::microseconds(50);
 }  // namespace
 
 void EngineCore::loop() {
+  InterruptScope abort_scope(&EngineCore::abort_requested, this);  // the only check of this thread
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -87,10 +89,11 @@ void EngineCore::run_round() {
       // e.what() comes from the transport: it names our rank and the peer (rank and address).
       std::string msg = "negotiation round " + std::to_string(round_) + " failed: " + e.what();
       std::string me = "rank " + std::to_string(rank_) + ": ";
+      ErrorKind kind = stop_kind(e.kind());
       for (auto& kv : pending_) {
-        if (!kv.second->held) fail(kv.second, e.kind(), me + kv.second->label() + " failed: " + msg);
+        if (!kv.second->held) fail(kv.second, kind, me + kv.second->label() + " failed: " + msg);
       }
-      if (join_op_) fail(join_op_, e.kind(), me + join_op_->label() + " failed: " + msg);
+      if (join_op_) fail(join_op_, kind, me + join_op_->label() + " failed: " + msg);
       throw HvdError(e.kind(), msg);
     }
     ++round_;
@@ -213,7 +216,31 @@ void EngineCore::drive(Deadline deadline) {
   }
 }
 
+ErrorKind EngineCore::stop_kind(ErrorKind transport_kind) {
+  if (transport_kind == ErrorKind::INTERRUPTED) abort_ = true;
+  return transport_kind == ErrorKind::TIMEOUT ? ErrorKind::PEER_LOST : transport_kind;
+}
+
+bool EngineCore::abort_requested(void* core) { return static_cast<EngineCore*>(core)->abort_.load(); }
+
+std::string EngineCore::describe_round(const void* core) {
+  // Names the requests this rank waits to run: those of the round, then those enqueued since it began.
+  const EngineCore& e = *static_cast<const EngineCore*>(core);
+  std::string out = "negotiation round " + std::to_string(e.round_) + " (the exchange with the coordinator, rank 0";
+  int shown = 0;
+  auto add = [&](const OpPtr& op) {
+    if (op->held || shown > 3) return;
+    out += shown == 3 ? ", ..." : (shown ? ", " : ", for ") + op->label();
+    ++shown;
+  };
+  for (const auto& kv : e.pending_) add(kv.second);
+  std::lock_guard<std::mutex> lock(e.mu_);  // (the caller, the round-token holder, holds no lock)
+  for (const OpPtr& op : e.incoming_) add(op);
+  return out + ")";
+}
+
 void EngineCore::exchange(Deadline deadline) {
+  TransferWatchScope watch(&round_watch_);
   encode_rank_message(msg_, send_buf_);
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) transport_.post_recv(r, slots_[static_cast<size_t>(r)].data(), kSlotBytes);

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <set>
 
+#include "common/interrupt.h"
+
 namespace phv {
 
 int blamed_peer(const std::string& message, int me) {
@@ -65,6 +67,7 @@ void ExplainingTransport::rethrow(const HvdError& e) {
     original_ = e.what();
     std::string extra;
     try {
+      InterruptMask mask;  // an interrupted rank still publishes why it stopped
       extra = explain_ ? explain_(original_) : std::string();
     } catch (const std::exception&) {
       extra.clear();

@@ -3,6 +3,8 @@
 // missing ranks per tensor -- the usual cause is ranks submitting different tensors or a subset of ranks
 // skipping a collective, which would otherwise hang silently. With HOROVOD_STALL_SHUTDOWN_TIME_SECONDS
 // > 0, a request waiting that long shuts the engine down on every rank with that text as the reason.
+// A collective that stalls once it runs (a peer stopped mid-transfer; then the gather of a round never
+// completes either) is watched by the transport with the same two times (transport/transfer_watch.h).
 //
 // Use per round: if (due(now)) { for each waiting request: consider(...); reason = conclude(now); }
 #pragma once

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 
 namespace phv {
 
@@ -153,7 +154,11 @@ Fd connect_tcp(const std::string& host, int port, Deadline deadline, int buffer_
       return fd;
     }
     if (Clock::now() + backoff >= deadline) break;
-    std::this_thread::sleep_for(backoff);
+    // The back-off sleep, in interrupt slices (the schedule is the same with or without a check).
+    for (Clock::time_point wake = Clock::now() + backoff, now = Clock::now(); now < wake; now = Clock::now()) {
+      if (interrupt_requested()) throw_error(ErrorKind::INTERRUPTED, "interrupted while connecting to ", where);
+      std::this_thread::sleep_for(std::min<Clock::duration>(wake - now, std::chrono::milliseconds(kInterruptSliceMs)));
+    }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
   throw_error(ErrorKind::TIMEOUT, "could not connect to ", where, " before the deadline (last error: ",
@@ -203,8 +208,9 @@ int poll_timeout_ms(Deadline deadline, int cap_ms) {
 
 bool wait_fd(int fd, short events, Deadline deadline) {
   for (;;) {
+    if (interrupt_requested()) throw_error(ErrorKind::INTERRUPTED, "interrupted while waiting for a socket");
     pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, poll_timeout_ms(deadline));
+    int rc = ::poll(&p, 1, interrupt_poll_ms(poll_timeout_ms(deadline)));
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) return true;  // let the following I/O call report the error
     if (rc == 0 && Clock::now() >= deadline) return false;

@@ -1,6 +1,7 @@
 // Thin, deadline-aware helpers over BSD sockets. Every socket the core creates is non-blocking and
-// every wait is a poll() bounded by a Deadline, so nothing here can block forever. Errors are HvdError
-// whose text names the remote address ("host:port").
+// every wait is a poll() bounded by a Deadline, so nothing here can block forever; on a thread with an
+// interrupt check (common/interrupt.h) the waits ask it every slice and throw INTERRUPTED when it says
+// stop. Errors are HvdError whose text names the remote address ("host:port").
 #pragma once
 #include <poll.h>
 

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log_throttle.h"
+#include "common/interrupt.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
 
@@ -33,6 +34,7 @@ struct Acceptor {
   std::string error;  // set on failure
   ErrorKind error_kind = ErrorKind::TIMEOUT;
   std::atomic<bool> cancel{false};  // the connecting side failed: give up early
+  std::atomic<bool> finished{false};
 
   void run() {
     struct Pending {
@@ -78,7 +80,7 @@ struct Acceptor {
         fds.push_back({p.fd.get(), POLLIN, 0});
         next = std::min(next, p.until);
       }
-      ::poll(fds.data(), fds.size(), poll_timeout_ms(next, 200));
+      ::poll(fds.data(), fds.size(), poll_timeout_ms(next, kInterruptSliceMs));
       now = Clock::now();
       warnings.flush(now);
       if (fds[0].revents & POLLIN) {
@@ -172,9 +174,12 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
                 " at the rendezvous (", claims, " claims): ", kDuplicateRankHint);
   store.set(key_base + std::to_string(opt.rank), my_addr);
 
-  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", ErrorKind::TIMEOUT, false};
+  Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", ErrorKind::TIMEOUT, false, false};
   std::thread accept_thread;
-  if (opt.rank > 0) accept_thread = std::thread([&] { acceptor.run(); });
+  if (opt.rank > 0) accept_thread = std::thread([&] {
+    acceptor.run();
+    acceptor.finished = true;
+  });
 
   std::string connect_error;
   ErrorKind connect_kind = ErrorKind::INTERNAL;
@@ -199,6 +204,17 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
   }
   if (accept_thread.joinable()) {
     if (!connect_error.empty()) acceptor.cancel = true;
+    // The acceptor has no interrupt check of its own (a thread of ours): the caller asks its check while
+    // it waits for the acceptor, and cancels it when told to stop.
+    while (!acceptor.finished && !acceptor.cancel && interrupt_installed()) {
+      if (interrupt_requested()) {
+        acceptor.cancel = true;
+        connect_kind = ErrorKind::INTERRUPTED;
+        connect_error = "rank " + std::to_string(opt.rank) + ": interrupted while waiting for connections";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     accept_thread.join();
   }
   if (!connect_error.empty()) throw HvdError(connect_kind, connect_error);

@@ -247,6 +247,7 @@ bool TcpTransport::send_some(int peer) {
       fail(ErrorKind::PEER_LOST, "connection lost during " + op_text(peer, p.sends.front(), true) + ": " +
                                      errno_text(errno));
     }
+    ++moves_;
     size_t left = static_cast<size_t>(w);
     while (!p.sends.empty()) {
       Op& op = p.sends.front();
@@ -295,6 +296,7 @@ bool TcpTransport::recv_some(int peer) {
     }
     // The header of a message is checked as soon as it is complete; payload bytes that a readv placed
     // in the posted buffer before a failed check are never reported as a completed receive.
+    ++moves_;
     size_t left = static_cast<size_t>(r);
     while (!p.recvs.empty()) {
       Op& op = p.recvs.front();
@@ -315,6 +317,8 @@ bool TcpTransport::recv_some(int peer) {
 void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   if (failure_) throw *failure_;
   bool first = true;
+  Idle idle;
+  begin_idle(idle);
   for (;;) {
     // I/O phase: on the first pass try every peer with work (data may already be there); later only
     // the sockets poll() reported.
@@ -376,19 +380,10 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
       fail(ErrorKind::INTERNAL, "a message to self is pending with no matching " +
                                     std::string(self_sends_.empty() ? "send" : "receive"));
     }
-    int rc = ::poll(pollfds_.data(), pollfds_.size(), poll_timeout_ms(deadline));
+    int rc = ::poll(pollfds_.data(), pollfds_.size(), before_sleep(idle, deadline));
     if (rc < 0 && errno != EINTR)
       fail(ErrorKind::INTERNAL, std::string("poll failed: ") + errno_text(errno));
-    if (rc == 0 && Clock::now() >= deadline) {
-      std::string what;
-      int shown = 0;
-      for (int peer = 0; peer < size_ && shown < 4; ++peer) {
-        Peer& p = peers_[peer];
-        if (!p.recvs.empty()) { what += (shown++ ? "; " : "") + op_text(peer, p.recvs.front(), false); }
-        if (!p.sends.empty() && shown < 4) { what += (shown++ ? "; " : "") + op_text(peer, p.sends.front(), true); }
-      }
-      fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + what);
-    }
+    if (rc == 0 && Clock::now() >= deadline) fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + waiting_for());
   }
 }
 

@@ -12,7 +12,10 @@
 // then only carries wake-up doorbells and tells us when the peer dies. For them recv_in_place() is true:
 // post_recv_sink() hands the payload to the caller where it lies in the ring (zero-copy receive).
 //
-// Failure: the first error (TIMEOUT, PEER_LOST, a bad header) drops every pending request, closes
+// Waiting: poll() sleeps at most until the deadline, the next stall warning or limit of the calling
+// thread's TransferWatch, and an interrupt slice when the thread has an interrupt check (interrupt.h).
+//
+// Failure: the first error (TIMEOUT, PEER_LOST, INTERRUPTED, a bad header) drops every pending request, closes
 // every connection (so peers fail fast instead of waiting for their deadline) and is re-thrown by
 // every later call. Not thread-safe: one thread drives a transport at a time.
 #pragma once
@@ -27,6 +30,7 @@
 #include "transport/shm_transport.h"
 #include "transport/socket.h"
 #include "transport/tcp_mesh.h"
+#include "transport/transfer_watch.h"
 #include "transport/transport.h"
 
 namespace phv {
@@ -86,6 +90,16 @@ class TcpTransport : public Transport {
   void drain_doorbell(int peer);
   bool spin_shm();          // briefly polls the rings of shm peers with work; true if something completed
   bool prepare_shm_sleep(); // raises sleep flags; false if a ring became ready meanwhile
+  // Between the sleeps of one progress() call (tcp_transport_wait.cc): the interrupt check, the stall
+  // watch of the calling thread (transfer_watch.h), and how long poll() may sleep.
+  struct Idle {
+    const TransferWatch* watch = nullptr;
+    uint64_t moves_seen = 0;
+    Clock::time_point since{}, next_warn{};  // since: the last movement (zero before the first sleep)
+  };
+  void begin_idle(Idle& idle) const;
+  int before_sleep(Idle& idle, Deadline deadline);  // fails when interrupted or stalled past the limit
+  std::string waiting_for() const;                  // the pending requests (up to 4), for messages
   void check_header(int peer, const Op& op);
   void complete(Op& op);
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
@@ -104,6 +118,7 @@ class TcpTransport : public Transport {
   std::deque<Op> self_sends_, self_recvs_;
   std::vector<RequestId> done_;  // completed, not yet reported by progress()
   size_t pending_ = 0;
+  uint64_t moves_ = 0;  // system calls and ring publishes/releases that moved bytes (stall watch)
   RequestId next_id_ = 1;
   std::vector<struct pollfd> pollfds_;
   std::vector<int> poll_peers_;

@@ -57,6 +57,7 @@ void TcpTransport::shm_send_some(int peer) {
   size_t room = link.free_space();
   size_t staged = 0;  // put into the ring, not yet published
   auto flush = [&]() {
+    ++moves_;
     link.publish(staged);
     staged = 0;
     if (link.peer_wants_data()) ring_doorbell(peer);
@@ -105,6 +106,7 @@ void TcpTransport::shm_recv_some(int peer) {
   size_t avail = link.available();
   size_t used = 0;  // consumed, not yet released
   auto flush = [&]() {
+    ++moves_;
     link.release(used);
     used = 0;
     if (link.peer_wants_space()) ring_doorbell(peer);

@@ -65,8 +65,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _register_hooks(self):
         if self._groups is not None:
             p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-            # Groups must be formed identically everywhere: use rank 0's parameter order.
-            order = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0,
+            # Groups must be formed identically everywhere: use the set's first rank's parameter order
+            # (root_rank is a global rank, so on a process set without rank 0 it is not 0).
+            order = broadcast_object([self._parameter_names.get(p) for p in p_list],
+                                     root_rank=self.process_set.ranks[0],
                                      name="DistributedOptimizer.groups", process_set=self.process_set)
             p_list.sort(key=lambda p: order.index(self._parameter_names.get(p)))
             if isinstance(self._groups, list):

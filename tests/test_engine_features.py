@@ -160,7 +160,7 @@ def body_process_sets():
         if r in ps.ranks:
             handles.append((ps, hvd.allreduce_async(np.full(4, r + 1, np.int64), op=hvd.Sum, name="x", process_set=ps),
                             hvd.allgather_async(np.full((r, 1), r, np.int32), name="g", process_set=ps),
-                            hvd.broadcast_async(np.full(2, r, np.float32), root_rank=len(ps.ranks) - 1, name="b",
+                            hvd.broadcast_async(np.full(2, r, np.float32), root_rank=max(ps.ranks), name="b",
                                                 process_set=ps)))
         else:
             # The engine itself refuses a request for a set this rank is not in.

@@ -20,6 +20,7 @@ RANK = f"""
 import json, os, subprocess, time
 import numpy as np
 import pyhorovod as hvd
+SECRET = os.environ["PYHOROVOD_SECRET"].encode()  # init() takes it out of the environment
 hvd.init()
 print(f"pid {{os.getpid()}}", flush=True)
 if os.environ.get("FAIL_RANK") == str(hvd.rank()):
@@ -38,7 +39,7 @@ for line in open("/proc/net/dev").read().splitlines()[2:]:
 # Where each rank listened for the mesh (set-up only, so too brief to sample): "host:port" in the store.
 from pyhorovod import _core
 store = _core.TcpStore(os.environ["PYHOROVOD_STORE_ADDR"], int(os.environ["PYHOROVOD_STORE_PORT"]),
-                           os.environ["PYHOROVOD_SECRET"].encode(), 10.0)
+                           SECRET, 10.0)
 mesh = [bytes(store.get(f"phv/g0/tcp/addr/{{r}}", 10.0)).decode() for r in range(hvd.size())]
 hvd.barrier()
 print("RESULT " + json.dumps({{"rank": hvd.rank(), "size": hvd.size(), "local": [hvd.local_rank(), hvd.local_size()],

@@ -8,12 +8,14 @@ One *attempt* = one start of all ranks. The launcher
      own process group (so that a signal reaches the rank's children too), with the rank variables in
      its environment and the secret in the environment or in a 0600 file -- never on a command line
      (the file is one per rank, in a 0700 directory under $XDG_RUNTIME_DIR or the temp directory;
-     each rank deletes its file once read, the launcher the directory at exit);
-  3. relays output with `[rank]<stdout>:` prefixes (output.py);
+     each rank deletes its file once read, the launcher the directory at exit).
+     Each starts through ranks.EXEC_WRAPPER, which makes it die with the launcher (no preexec_fn);
+  3. relays output with `[rank]<stdout>:` prefixes (output.py), only --ranks-filter's ranks on the console;
   4. watches: the first rank to exit non-zero or die fails the attempt; the others get SIGTERM, then
      SIGKILL after `kill_grace_s`; ranks that have not reached rendezvous (the ready key below) within
      `start_timeout_s` fail it too, by name. Ctrl-C (SIGINT) or SIGTERM to the launcher is forwarded to
-     every rank's process group, then SIGKILL after the grace period.
+     every rank's process group, then SIGKILL after the grace period. When the launcher's own output
+     is closed (`| head`), every rank is stopped and the launcher exits 141, as after SIGPIPE.
 A failed attempt is retried up to `max_restarts` times with PYHOROVOD_RESTART_COUNT = 1, 2, ...
 """
 from __future__ import annotations

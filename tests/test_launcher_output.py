@@ -5,6 +5,7 @@ preexec_fn. Every launch has a hard deadline."""
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,16 @@ def test_ranks_filter_limits_the_console_not_the_files(tmp_path):
     for bad, why in (("3", "names rank(s) [3], but the job has ranks 0 to 1"), ("0;1", "separated by commas")):
         r = run_launcher(["-np", "2", "--ranks-filter", bad, "python", script], timeout=30)
         assert r.returncode == 2 and why in r.stderr, r
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_ranks_filter_under_mpirun(tmp_path):
+    script = write_script(tmp_path, "each.py", """
+        import os
+        print(f"out {os.environ['OMPI_COMM_WORLD_RANK']}")
+    """)
+    r = run_launcher(["-np", "3", "--mpi", "--ranks-filter", "1", "python", script], timeout=120)
+    assert r.returncode == 0 and r.lines() == ["[1]<stdout>:out 1"], r
 
 
 @pytest.mark.parametrize("name,value,message", [

@@ -1,5 +1,6 @@
-"""Command line: `pyhorovod run ...` (also `horovodrun ...` and `python -m pyhorovod.run ...`) and
-`pyhorovod sweep ...` (pyhorovod.scaling.sweep).
+"""Command line: `pyhorovod run ...` (also `horovodrun ...` and `python -m pyhorovod.run ...`),
+`pyhorovod sweep ...` (pyhorovod.scaling.sweep) and `pyhorovod horovodrun-alias`; `python -m pyhorovod`
+is `pyhorovod`.
 
 The tuning flags are Horovod's and become the environment variables Horovod's own launcher exports, so a
 rank reads the same names whichever way it was started."""
@@ -8,9 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from pyhorovod import _compat as horovod_alias
+from pyhorovod._config import Config, get_float, store_limits
 
 from . import config_file, horovod_flags, output, remote
 from . import hosts as hostlib
@@ -37,7 +39,13 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float,
                    help="seconds for every rank to reach rendezvous (init) after the launch (env "
                         "HOROVOD_START_TIMEOUT). Unset: 30 s after the first rank reached it")
-    p.add_argument("--output-filename", help="directory: each rank's output also goes to DIR/rank.N/{stdout,stderr}")
+    p.add_argument("--output-filename",
+                   help="directory: each rank's output also goes, as the rank wrote it, to "
+                        "DIR/rank.N/{stdout,stderr} (a tee: the console shows it too; every rank, whatever "
+                        "--ranks-filter says)")
+    p.add_argument("--ranks-filter", metavar="RANKS",
+                   help="only these ranks' output reaches the console: a rank or a comma-separated list "
+                        "(0 or 0,2); the launcher's own messages, a failing rank's last lines included, always do")
     p.add_argument("--verbose", action="store_true", help="print what the launcher does")
     p.add_argument("-cb", "--check-build", action="store_true", help="print what pyhorovod was built with and exit")
     p.add_argument("--config-file", help="Horovod's YAML file of launcher settings (flags given here win)")
@@ -134,6 +142,30 @@ def _store_host(args, host_specs, local: set) -> str:
     return hostlib.route_source_address(remote_hosts[0])
 
 
+def parse_ranks_filter(text: Optional[str], np: int) -> Optional[Set[int]]:
+    """--ranks-filter "0,2" -> {0, 2}; None when not given."""
+    if text is None:
+        return None
+    try:
+        ranks = {int(part, 10) for part in text.split(",")}
+    except ValueError:
+        raise ValueError(f"--ranks-filter takes ranks separated by commas (e.g. 0 or 0,2), got {text!r}") from None
+    outside = sorted(r for r in ranks if not 0 <= r < np)
+    if outside:
+        raise ValueError(f"--ranks-filter names rank(s) {outside}, but the job has ranks 0 to {np - 1}")
+    return ranks
+
+
+def check_rank_env(knobs: Dict[str, str]) -> None:
+    """Parses the variables every rank will see, with the code the ranks use (Config.from_env at init(),
+    store_limits for the stores), so that a bad value is one ValueError here and not a traceback on
+    every rank."""
+    env = dict(os.environ)
+    env.update(knobs)
+    Config.from_env(env)
+    store_limits(env)
+
+
 def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
                 extra_env: Optional[Callable[[str], Dict[str, str]]] = None) -> int:
     """The launcher. extra_env: called with the rendezvous store's address once the flags are checked,
@@ -173,16 +205,20 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         np = args.np if args.np is not None else sum(h.slots for h in host_specs)
         if args.max_restarts < 0:
             raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-        strict = args.start_timeout is not None or bool(os.environ.get("HOROVOD_START_TIMEOUT"))
+        env_timeout = get_float(os.environ, "HOROVOD_START_TIMEOUT")
+        strict = args.start_timeout is not None or env_timeout is not None
         start_timeout = args.start_timeout
         if start_timeout is None:
-            start_timeout = float(os.environ.get("HOROVOD_START_TIMEOUT") or DEFAULT_START_TIMEOUT)
+            start_timeout = env_timeout if env_timeout is not None else DEFAULT_START_TIMEOUT
         if start_timeout <= 0:
             raise ValueError(f"--start-timeout must be > 0, got {start_timeout}")
         slots = hostlib.assign_slots(host_specs, np)
         addresses = hostlib.local_addresses()
         local = {h.hostname for h in host_specs if hostlib.is_local(h.hostname, addresses)}
+        console_ranks = parse_ranks_filter(args.ranks_filter, np)
+        kill_grace = get_float(os.environ, "PYHOROVOD_KILL_GRACE_SECONDS", minimum=0.0)
         knobs = knob_env(args)
+        check_rank_env(knobs)
         for note in horovod_flags.inert_notes(args):
             output.emit(note)
         bind_host = _store_host(args, [h for h in host_specs if h.hostname in {s.hostname for s in slots}], local)
@@ -192,15 +228,17 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
             from .mpi import run_mpi
             return run_mpi(np, None if not (args.hosts or args.hostfile) else host_specs, command, bind_host,
                            knobs, interfaces(args), args.mpi_args, args.verbose, args.output_filename,
-                           binding_args=args.binding_args, prefix_timestamp=args.prefix_timestamp)
+                           binding_args=args.binding_args, prefix_timestamp=args.prefix_timestamp,
+                           console_ranks=console_ranks)
         opts = LaunchOptions(
             command=command, slots=slots, local_hosts=sorted(local), bind_host=bind_host, env=knobs,
-            start_timeout_s=start_timeout, start_timeout_strict=strict, output_dir=args.output_filename, verbose=args.verbose,
+            start_timeout_s=start_timeout, start_timeout_strict=strict, output_dir=args.output_filename,
+            console_ranks=console_ranks, verbose=args.verbose,
             prefix_timestamp=args.prefix_timestamp,
             max_restarts=args.max_restarts,
             agent=remote.agent_argv(args.rsh_agent, args.ssh_port, args.ssh_identity_file),
             secret_in_file=args.secret_file,
-            kill_grace_s=float(os.environ.get("PYHOROVOD_KILL_GRACE_SECONDS", 3.0)))
+            kill_grace_s=3.0 if kill_grace is None else kill_grace)
     except (ValueError, RuntimeError, OSError) as e:
         output.emit(f"error: {e}")
         return 2
@@ -211,15 +249,35 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         return 1
 
 
+SUBCOMMANDS = [
+    ("run", "start a job: N ranks of a command, with rendezvous, prefixed output and fail-fast "
+            "(pyhorovod run --help)"),
+    ("sweep", "steps-to-result sweep over batch sizes (pyhorovod.scaling.sweep; pyhorovod sweep --help)"),
+    ("horovodrun-alias", "write (or --remove) an opt-in `horovodrun` command that runs pyhorovod run"),
+]
+
+
+def main_help() -> str:
+    width = max(len(name) for name, _ in SUBCOMMANDS)
+    lines = [f"usage: pyhorovod {{{','.join(n for n, _ in SUBCOMMANDS)}}} ...",
+             "       pyhorovod --version | --check-build | --help", "",
+             "Horovod-style data-parallel training: the launcher and its tools.", "", "subcommands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, text in SUBCOMMANDS]
+    lines += ["", "options:", "  -h, --help         this text", "  -v, --version      pyhorovod's version",
+              "  -cb, --check-build what pyhorovod was built with"]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    """`pyhorovod SUBCOMMAND ...`: `run` (the launcher), `sweep` (pyhorovod.scaling.sweep) or
-    `horovodrun-alias` (the opt-in `horovodrun` command: pyhorovod/runner/horovodrun_alias.py)."""
+    """`pyhorovod SUBCOMMAND ...` (also `python -m pyhorovod`): SUBCOMMANDS above."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: pyhorovod {run,sweep,horovodrun-alias} ...   (pyhorovod run --help)"
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage)
-        return 0 if argv else 2
+    if not argv:
+        print(main_help(), file=sys.stderr)
+        return 2
     sub, rest = argv[0], argv[1:]
+    if sub in ("-h", "--help"):
+        print(main_help())
+        return 0
     if sub == "run":
         return run_command(rest)
     if sub == "sweep":
@@ -236,7 +294,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return check_build()
     if sub in ("--version", "-v"):
         return print_version()
-    print(f"pyhorovod: unknown subcommand {sub!r}\n{usage}", file=sys.stderr)
+    print(f"pyhorovod: unknown subcommand {sub!r} (pyhorovod --help lists them)", file=sys.stderr)
     return 2
 
 

@@ -17,6 +17,7 @@ FUNC_KEY = "pyhorovod/run/func"
 RESULT_KEY = "pyhorovod/run/result/{rank}"
 STORE_ENV = "PYHOROVOD_FUNC_STORE"     # host:port of the function's store
 SECRET_ENV = "PYHOROVOD_FUNC_SECRET"   # its secret (hex)
+MAX_PAYLOAD = 64 << 20                 # bytes: the pickled function, and each rank's pickled result
 
 
 def pickler():
@@ -59,16 +60,21 @@ def run(func: Callable, args=(), kwargs: Optional[Dict[str, Any]] = None, np: in
             argv.append(flag)
     argv += ["--", executable or sys.executable, "-m", "pyhorovod.runner.task"]
 
+    import os
+
     from pyhorovod import _core
+    from pyhorovod._config import store_limits
     from .cli import run_command
-    from .launch import start_store
 
     payload = pickler().dumps((func, tuple(args), dict(kwargs or {})))
     secret = secrets.token_hex(32)
     stores: List[Any] = []
 
     def store_env(bind_host: str) -> Dict[str, str]:
-        server = start_store(bind_host, secret.encode())
+        # Not the rendezvous store's 1 MiB default per value: the function and each result may take 64 MiB.
+        limits = {"max_value_bytes": MAX_PAYLOAD, "max_total_bytes": (np + 1) * MAX_PAYLOAD + (1 << 20)}
+        limits.update(store_limits(os.environ))
+        server = _core.TcpStoreServer(bind_host, 0, secret.encode(), **limits)
         stores.append((server, bind_host))
         _core.TcpStore(bind_host, server.port, secret.encode(), 10.0).set(FUNC_KEY, payload)
         return {STORE_ENV: f"{bind_host}:{server.port}", SECRET_ENV: secret}

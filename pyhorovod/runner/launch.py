@@ -8,12 +8,14 @@ One *attempt* = one start of all ranks. The launcher
      own process group (so that a signal reaches the rank's children too), with the rank variables in
      its environment and the secret in the environment or in a 0600 file -- never on a command line
      (the file is one per rank, in a 0700 directory under $XDG_RUNTIME_DIR or the temp directory;
-     each rank deletes its file once read, the launcher the directory at exit);
-  3. relays output with `[rank]<stdout>:` prefixes (output.py);
+     each rank deletes its file once read, the launcher the directory at exit).
+     Each starts through ranks.EXEC_WRAPPER, which makes it die with the launcher (no preexec_fn);
+  3. relays output with `[rank]<stdout>:` prefixes (output.py), only --ranks-filter's ranks on the console;
   4. watches: the first rank to exit non-zero or die fails the attempt; the others get SIGTERM, then
      SIGKILL after `kill_grace_s`; ranks that have not reached rendezvous (the ready key below) within
      `start_timeout_s` fail it too, by name. Ctrl-C (SIGINT) or SIGTERM to the launcher is forwarded to
-     every rank's process group, then SIGKILL after the grace period.
+     every rank's process group, then SIGKILL after the grace period. When the launcher's own output
+     is closed (`| head`), every rank is stopped and the launcher exits 141, as after SIGPIPE.
 A failed attempt is retried up to `max_restarts` times with PYHOROVOD_RESTART_COUNT = 1, 2, ...
 """
 from __future__ import annotations
@@ -27,11 +29,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from . import output, remote
 from .hosts import SlotInfo
-from .ranks import RankProcess, die_with_launcher, feed
+from .ranks import RankProcess, feed, start_rank_process
 
 RESTART_ENV = "PYHOROVOD_RESTART_COUNT"
 # A rank has "reached rendezvous" when one of these store keys exists ("{rank}" = its rank). Its first
@@ -58,7 +60,8 @@ class LaunchOptions:
     # to import or load data before init(), or never call it, is not stopped, yet a rank that never
     # arrives while the others wait for it is.
     start_timeout_strict: bool = False
-    output_dir: Optional[str] = None
+    output_dir: Optional[str] = None     # each rank's output also goes (without prefixes) to files here
+    console_ranks: Optional[Set[int]] = None   # only these ranks' output reaches the console (None: all)
     prefix_timestamp: bool = False      # each output line begins with the local time
     verbose: bool = False
     max_restarts: int = 0
@@ -74,6 +77,7 @@ class Outcome:
     message: str = ""
     restartable: bool = False
     failed_rank: Optional[int] = None
+    quiet: bool = False       # nothing to report (the reader of our output went away)
 
 
 def rank_env(slot: SlotInfo, store_addr: str, store_port: int, restart: int,
@@ -124,6 +128,7 @@ class Attempt:
         self.ranks: List[RankProcess] = []
         self.wake = threading.Event()
         self.interrupt: Optional[int] = None   # signal number received by the launcher
+        self.output_closed = False             # the reader of the launcher's output went away
         self._secret_dir: Optional[str] = None
 
     # ---- starting ---------------------------------------------------------------------------------
@@ -140,8 +145,7 @@ class Attempt:
             env.update(job_env)
             env["PYHOROVOD_SECRET"] = secret_hex  # travels on ssh's stdin, see remote.py
             argv = remote.ssh_argv(opts.agent, slot.hostname, opts.command, opts.cwd)
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, preexec_fn=die_with_launcher(os.getpid()))
+            proc = start_rank_process(argv, stdin=subprocess.PIPE)
             # On a thread: an agent that does not read (ssh still connecting) must not block the launcher.
             threading.Thread(target=feed, args=(proc.stdin, remote.stdin_payload(env)), daemon=True).start()
         else:
@@ -156,15 +160,19 @@ class Attempt:
             else:
                 env["PYHOROVOD_SECRET"] = secret_hex
             argv = list(opts.command)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, env=env, cwd=opts.cwd,
-                                    preexec_fn=die_with_launcher(os.getpid()))
+            proc = start_rank_process(argv, stdin=subprocess.DEVNULL, env=env, cwd=opts.cwd)
         output.emit(f"rank {slot.rank} on {slot.hostname} ({'remote' if is_remote else 'local'}, "
                     f"pid {proc.pid}): {argv!r}", verbose_only=True, verbose=opts.verbose)
-        stamp = opts.prefix_timestamp
-        pumps = [output.StreamPump(slot.rank, "stdout", proc.stdout, output.stdout_sink(), logs[0], header, stamp),
-                 output.StreamPump(slot.rank, "stderr", proc.stderr, output.stderr_sink(), logs[1], header, stamp)]
+        shown = opts.console_ranks is None or slot.rank in opts.console_ranks
+        pumps = [output.StreamPump(slot.rank, name, pipe, sink() if shown else None, log, header,
+                                   opts.prefix_timestamp, on_sink_closed=self._output_closed)
+                 for name, pipe, sink, log in (("stdout", proc.stdout, output.stdout_sink, logs[0]),
+                                               ("stderr", proc.stderr, output.stderr_sink, logs[1]))]
         return RankProcess(slot, proc, is_remote, pumps, self.wake)
+
+    def _output_closed(self) -> None:
+        self.output_closed = True
+        self.wake.set()
 
     def run(self) -> Outcome:
         opts = self.opts
@@ -202,6 +210,11 @@ class Attempt:
                 output.emit(f"received {name}: stopping all ranks")
                 self._stop_all(self.interrupt)
                 return Outcome(128 + self.interrupt, f"interrupted by {name}")
+            if self.output_closed:
+                # As a shell pipeline expects of a writer whose reader left (`| head`): stop, quietly,
+                # with the status of death by SIGPIPE.
+                self._stop_all(signal.SIGTERM)
+                return Outcome(128 + signal.SIGPIPE, "the launcher's output was closed", quiet=True)
             failed = [r for r in self.ranks if not r.running and r.returncode != 0]
             if failed:
                 first = min(failed, key=lambda r: r.exit_time)
@@ -249,8 +262,16 @@ class Attempt:
                         f"first and was stopped while exiting")
             else:
                 what = first.describe_exit()
-            echoes = sorted(r.slot.rank for r in self.ranks if r is not first and r.failure_time() is not None)
+        # The other failed ranks: echoes when their errors are collective errors (or name a rank as the
+        # first failure), else failures of their own that merely came later (ranks that never met, each
+        # exiting on its own: one did not cause the other).
+        rest = [r for r in self.ranks if r is not first and (r.failure_time() is not None or r in silent)]
+        echoes = sorted(r.slot.rank for r in rest if r.consequential())
+        own = sorted(r.slot.rank for r in rest if not r.consequential())
+        if echoes:
             output.emit(f"rank {first.slot.rank} failed first; the errors of rank(s) {echoes} followed from it")
+        if own:
+            output.emit(f"rank(s) {own} also failed, with errors of their own")
         tail = first.pumps[1].tail_text() or first.pumps[0].tail_text()
         if tail:
             output.emit(f"last output of rank {first.slot.rank} (the first to fail):\n"
@@ -353,6 +374,8 @@ def run_job(opts: LaunchOptions) -> int:
             outcome = attempt.run()
             if outcome.code == 0:
                 return 0
+            if outcome.quiet:
+                return outcome.code
             if not outcome.restartable or restart >= opts.max_restarts or stopping[0] is not None:
                 if opts.max_restarts and outcome.restartable:
                     output.emit(f"giving up after {restart} restart(s)")

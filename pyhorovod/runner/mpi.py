@@ -17,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from . import output
 from .hosts import HostSpec
@@ -55,7 +55,7 @@ def mpirun_argv(np: int, hosts: Optional[Sequence[HostSpec]], export_names: Sequ
 def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str], bind_host: str,
             knobs: Dict[str, str], network_interfaces: Sequence[str] = (), extra_args: str = "",
             verbose: bool = False, output_dir: Optional[str] = None, binding_args: Optional[str] = None,
-            prefix_timestamp: bool = False) -> int:
+            prefix_timestamp: bool = False, console_ranks: Optional[Set[int]] = None) -> int:
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise RuntimeError("--mpi needs `mpirun` (Open MPI) on PATH")
@@ -72,17 +72,18 @@ def run_mpi(np: int, hosts: Optional[Sequence[HostSpec]], command: Sequence[str]
                            binding_args=binding_args)
         if verbose:
             print(f"[pyhorovod] {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-        return _run_mpirun(argv, env, prefix_timestamp)
+        return _run_mpirun(argv, env, prefix_timestamp, console_ranks)
     finally:
         store.close()
 
 
-def _run_mpirun(argv: List[str], env: Dict[str, str], prefix_timestamp: bool = False) -> int:
+def _run_mpirun(argv: List[str], env: Dict[str, str], prefix_timestamp: bool = False,
+                console_ranks: Optional[Set[int]] = None) -> int:
     """Runs mpirun with its output relayed line by line; SIGTERM to the launcher is passed on to mpirun
     (which passes it to the ranks); Ctrl-C reaches mpirun from the terminal by itself."""
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink(), prefix_timestamp),
-             output.pump_mpi_stream(proc.stderr, output.stderr_sink(), prefix_timestamp)]
+    pumps = [output.pump_mpi_stream(proc.stdout, output.stdout_sink(), prefix_timestamp, console_ranks),
+             output.pump_mpi_stream(proc.stderr, output.stderr_sink(), prefix_timestamp, console_ranks)]
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))

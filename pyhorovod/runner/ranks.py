@@ -13,29 +13,68 @@ from typing import Optional
 from .hosts import SlotInfo
 
 
-def _load_prctl():
+# Runs between the launcher and a rank, as `python -I -S -c EXEC_WRAPPER LAUNCHER_PID ERROR_FD ARGV...`:
+# asks the kernel to SIGKILL this process when the launcher dies (PR_SET_PDEATHSIG, kept across exec),
+# then execs the rank's program in its place (same pid). Ranks live in their own sessions, so without it
+# no terminal signal reaches them when the launcher is SIGKILLed and can stop nobody; a remote rank's
+# ssh client dies the same way, and the remote wrapper then stops the rank. This is done by exec rather
+# than in a preexec_fn, which CPython documents as unsafe while other threads run (the output threads
+# of the ranks already started): the forked child could deadlock on a lock held by one of them.
+# If exec fails, the errno and its text go back through ERROR_FD (closed by a successful exec).
+EXEC_WRAPPER = """\
+import os, sys
+launcher, error_fd, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+except (OSError, AttributeError):
+    pass  # not Linux: ranks outlive a launcher killed with SIGKILL
+if os.getppid() != launcher:  # the launcher died before the request took effect
+    os._exit(1)
+os.set_inheritable(error_fd, False)
+try:
+    os.execvp(argv[0], argv)
+except OSError as e:
+    os.write(error_fd, f"{e.errno} {e.strerror}".encode())
+    os._exit(127)
+"""
+EXEC_REPORT_TIMEOUT_S = 60.0   # how long the wrapper may take to exec (a loaded machine: seconds)
+
+
+def start_rank_process(argv, **popen_kwargs) -> subprocess.Popen:
+    """Starts argv (a rank, or the agent of a remote rank) through EXEC_WRAPPER in a new session (so
+    its pid is its process group, which the launcher signals), stdout and stderr piped. Raises OSError
+    as Popen would when argv cannot be executed."""
+    import select
+    import sys
+
+    read_fd, write_fd = os.pipe()
     try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None  # not Linux: ranks outlive a launcher killed with SIGKILL
-
-
-_PRCTL = _load_prctl()
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_launcher(launcher_pid: int):
-    """preexec_fn for ranks: the kernel SIGKILLs the rank when the launcher dies, even when the launcher
-    itself was SIGKILLed and could stop nobody (ranks live in their own sessions, so no terminal signal
-    reaches them). A remote rank's ssh client dies the same way, and the remote wrapper then stops the rank.
-    Only async-signal-safe work here: it runs between fork and exec."""
-    def hook():
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
-                os._exit(1)
-    return hook
+        wrapped = [sys.executable, "-I", "-S", "-c", EXEC_WRAPPER, str(os.getpid()), str(write_fd), *argv]
+        proc = subprocess.Popen(wrapped, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                pass_fds=(write_fd,), **popen_kwargs)
+        os.close(write_fd)
+        write_fd = -1
+        report = b""
+        deadline = time.monotonic() + EXEC_REPORT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                data = os.read(read_fd, 4096)
+                if not data:
+                    break   # exec succeeded: the pipe closed with it
+                report += data
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+    if report:
+        proc.wait(EXEC_REPORT_TIMEOUT_S)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        code, _, text = report.decode(errors="replace").partition(" ")
+        raise OSError(int(code), text, argv[0])
+    return proc
 
 
 # The last line of a Python traceback whose exception is one of pyhorovod's collective errors.

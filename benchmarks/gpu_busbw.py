@@ -7,16 +7,20 @@ the device synchronised before and after; the reported time is the slowest rank'
 time; busbw = algbw * 2 (n - 1) / n (what each link carries in a ring, as nccl-tests defines it; 0 for
 one rank, where the figure that matters is the per-call overhead in the time column).
 """
-import argparse
+import os
+import sys
 import time
 
 import torch
 
 import pyhorovod.torch as hvd
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
 
 def main():
-    p = argparse.ArgumentParser()
+    p = C.arg_parser(__doc__)
     p.add_argument("--max-mib", type=int, default=256)
     p.add_argument("--iters", type=int, default=20)
     args = p.parse_args()

@@ -118,8 +118,13 @@ def test_report_lines_show_on_rank_0_without_logging_set_up():
     assert "lr_scaling" not in results[1].stderr and "noise-scale" not in results[1].stderr, results[1].stderr
 
 
-def test_level_warning_on_pyhorovod_silences_report_lines():
-    results = run_ranks(body_reports, 2, timeout=120, args=("silenced",), env=REPORT_ENV)
+@pytest.mark.parametrize("how", ["setLevel", "HOROVOD_LOG_LEVEL"])
+def test_level_warning_on_pyhorovod_silences_report_lines(how):
+    if how == "setLevel":
+        results = run_ranks(body_reports, 2, timeout=120, args=("silenced",), env=REPORT_ENV)
+    else:
+        results = run_ranks(body_reports, 2, timeout=120, args=("default",),
+                            env={**REPORT_ENV, "HOROVOD_LOG_LEVEL": "warning"})
     for res in results:
         text = res.stdout + res.stderr
         assert "lr_scaling" not in text and "noise-scale" not in text, text

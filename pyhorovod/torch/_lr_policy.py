@@ -12,7 +12,7 @@ tuned for one worker's batch, so factor = workers x backward_passes_per_step for
 """
 import logging
 
-from pyhorovod import _logging
+from pyhorovod import _logging, basics
 from pyhorovod.scaling.lr import scale_factor, warmup_multiplier, warmup_steps_from
 
 # Rank 0's LR lines: INFO records, shown on stderr to a script that configured no logging
@@ -38,7 +38,7 @@ class LrPolicy:
         self.warmup_steps = warmup_steps_from(warmup_steps, warmup_epochs, steps_per_epoch)
         self.verbose = verbose
         self._logged_final = False
-        if verbose:
+        if verbose and basics.rank() == 0:   # the optimizer logs on rank 0 only (maybe_log)
             _logging.show_reports()
 
     def multiplier(self, step):

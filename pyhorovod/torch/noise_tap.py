@@ -30,10 +30,10 @@ one copy of the gradients and is only done in that mode.
 AMP: gradients are those of the scaled loss until unscale_; set optimizer.noise_scale_estimator
 .grad_scale = scaler.get_scale() each step (the estimator divides by its square) -- see noise_scale.py.
 
-Rank 0 logs the estimator's one-line summary (an INFO record of "pyhorovod.scaling.noise_scale") every PYHOROVOD_NOISE_SCALE_LOG_EVERY measured steps
-(default 100; 0: never). PYHOROVOD_NOISE_SCALE_EVERY=k measures only every k-th step (default 1): the
-cost per step falls k-fold and the EMAs span k times more steps; every rank skips the same steps, so the
-extra allreduce stays matched.
+Rank 0 logs the estimator's one-line summary (an INFO record of "pyhorovod.scaling.noise_scale") every
+PYHOROVOD_NOISE_SCALE_LOG_EVERY measured steps (default 100; 0: never). PYHOROVOD_NOISE_SCALE_EVERY=k
+measures only every k-th step (default 1): the cost per step falls k-fold and the EMAs span k times more
+steps; every rank skips the same steps, so the extra allreduce stays matched.
 
 Step times for the advisor: the wall time between consecutive steps, and as its communication
 part the time from the submission of the step's last gradient to the end of synchronize.

@@ -159,3 +159,22 @@ def test_model_curves_carry_no_markers_measured_points_do():
         assert {line.get_marker() for line in ax.get_lines() if "model" in line.get_label()} == {"None"}
     assert {line.get_label(): line.get_marker() for line in measured_ax.get_lines()} == \
         {"ddp (peer)": "o", "pyhvd (pyhorovod)": "o"}
+
+
+def test_a_benchmark_result_carries_its_environment_and_replots(tmp_path):
+    """scaling_model.py measures nothing (it fits a collectives result), so it runs end to end here; its
+    JSON must carry the environment, and collectives.py --replot must draw that collectives result."""
+    pytest.importorskip("matplotlib")
+    import json
+    coll = tmp_path / "coll.json"
+    C.write_result(str(coll), {"results": [dict(a, n=k[0], cand=k[1], op=k[2], bytes=k[3])
+                                           for k, a in _fake_collectives().items()]})
+    out = tmp_path / "model.json"
+    assert scaling_model.main(["--collectives", str(coll), "--candidates", "core,mpi", "--json", str(out),
+                               "--png", str(tmp_path / "model.png")]) == 0
+    with open(out) as f:
+        env = json.load(f)["environment"]
+    assert env["versions"]["pyhorovod"] and env["git"]["commit"] and env["host"]["cores"] == os.cpu_count()
+    png = tmp_path / "coll.png"
+    assert collectives.main(["--replot", str(coll), "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

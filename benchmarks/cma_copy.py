@@ -8,7 +8,6 @@ A child process holds a buffer; the parent reads it with process_vm_readv into a
 copies between two private buffers with memmove (libc memcpy), alternating, repetition by repetition.
 CMA replaces two copies by one, so it wins only where one CMA copy costs less than two memcpy calls.
 """
-import argparse
 import ctypes
 import multiprocessing as mp
 import os
@@ -63,7 +62,7 @@ def measure(nbytes, reps):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--sizes", default="1M,4M,8800K,64M")
     p.add_argument("--reps", type=int, default=40)
     args = p.parse_args(argv)

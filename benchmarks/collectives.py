@@ -22,7 +22,7 @@ once, and the candidate order rotates from round to round. Reported: the median 
 the slowest rank's time, and ratios pyhorovod/peer, both from the medians and as the median of per-round
 paired ratios (the paired figure is the one that survives a state flip between rounds).
 """
-import argparse
+import json
 import os
 import secrets
 import shutil
@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common as C  # noqa: E402
+import plotting as P  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "collectives_worker.py")
@@ -188,37 +189,40 @@ def print_results(agg, rat):
                         f"{r['median_paired_ratio']:.3g}", r["rounds"]] for r in rat])
 
 
-def plot(agg, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def figure(agg):
+    """Per op (rows) and world size: time per call and busbw against message size, all on log axes."""
     ops = sorted({k[2] for k in agg}, key=OPS.index)
     ns = sorted({k[0] for k in agg})
-    fig, axes = plt.subplots(len(ops), len(ns), figsize=(5.5 * len(ns), 3.8 * len(ops)), squeeze=False)
+    fig, axes = P.new_figure(len(ops), 2 * len(ns))
     for i, op in enumerate(ops):
         for j, n in enumerate(ns):
-            ax = axes[i][j]
+            t_ax, bw_ax = axes[i][2 * j], axes[i][2 * j + 1]
             for cand in ALL:
-                pts = sorted((k[3], a["busbw"]) for k, a in agg.items() if k[:3] == (n, cand, op))
+                pts = sorted((k[3], a["time_s"], a["busbw"]) for k, a in agg.items() if k[:3] == (n, cand, op))
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
-                            ls="-" if cand in OURS else "--", label=cand)
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{op}, n={n}")
-            ax.set_xlabel("bytes")
-            ax.set_ylabel("busbw (GB/s)")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                    sizes = [p[0] for p in pts]
+                    color = f"C{ALL.index(cand)}"   # one colour per candidate in every panel
+                    P.measured(t_ax, sizes, [p[1] * 1e6 for p in pts], cand, cand in OURS, color=color)
+                    P.measured(bw_ax, sizes, [p[2] for p in pts], cand, cand in OURS, color=color)
+            sizes = sorted({k[3] for k in agg if k[0] == n and k[2] == op})
+            for ax, what, label in ((t_ax, "time per call", "time per call (us)"), (bw_ax, "busbw", "busbw (GB/s)")):
+                P.size_axis(ax, sizes)
+                P.log_axis(ax, label)
+                ax.set_title(f"{op}, n={n}: {what}")
+                ax.grid(True, which="both", alpha=0.3)
+            P.legend_outside(bw_ax)
+    return fig
+
+
+def plot(agg, path):
+    P.save(figure(agg), path)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--np", default="2,4", help="world sizes, comma-separated")
-    p.add_argument("--candidates", default=",".join(ALL))
-    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--candidates", default=",".join(ALL), type=C.choice_list(ALL), help=C.choices_help(ALL))
+    p.add_argument("--ops", default=",".join(OPS), type=C.choice_list(OPS), help=C.choices_help(OPS))
     p.add_argument("--sizes", default="", help="explicit sizes (e.g. 1M,64M); else --min-bytes..--max-bytes")
     p.add_argument("--min-bytes", default="4")
     p.add_argument("--max-bytes", default="256M")
@@ -236,10 +240,14 @@ def main(argv=None):
     p.add_argument("--api-launcher", choices=("spawn", "run"), default="spawn")
     p.add_argument("--json", default="collectives.json")
     p.add_argument("--png", default="collectives.png")
+    p.add_argument("--replot", metavar="JSON", help="measure nothing: draw --png from this earlier result")
     args = p.parse_args(argv)
-    for op in args.ops.split(","):
-        if op not in OPS:
-            raise SystemExit(f"unknown op {op!r}")
+    if args.replot:
+        with open(args.replot) as f:
+            agg = {(a["n"], a["cand"], a["op"], a["bytes"]): a for a in json.load(f)["results"]}
+        plot(agg, args.png)
+        print(f"wrote {args.png}")
+        return 0
     sizes = ([C.parse_size(s) for s in args.sizes.split(",")] if args.sizes
              else C.size_range(C.parse_size(args.min_bytes), C.parse_size(args.max_bytes), args.factor))
     nps = [int(x) for x in args.np.split(",")]
@@ -274,7 +282,7 @@ def main(argv=None):
     agg = aggregate(records)
     rat = ratios(agg)
     print_results(agg, rat)
-    C.write_json(args.json, {
+    C.write_result(args.json, {
         "meta": {"argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_start)),
                  "seconds": time.time() - t_start, "cpus": os.cpu_count(), "dtype": "float32",
                  "method": "median over rounds x batches of the slowest rank's time per call"},

@@ -14,7 +14,6 @@ The driver takes the slowest rank of each batch (a collective is done when its l
 allreduce is timed in place on zeros (in-place sums of real data would grow without bound over the
 iterations); the zeros are checked afterwards too. allgather/broadcast are checked after the timed loop.
 """
-import argparse
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
 from common import emit  # noqa: E402
 
 TIMEOUT_S = 120.0
@@ -288,7 +288,7 @@ def bench_one(be, op, nbytes, args):
 
 
 def main():
-    p = argparse.ArgumentParser()
+    p = C.arg_parser(__doc__)
     p.add_argument("candidate")
     p.add_argument("--ops", required=True)
     p.add_argument("--sizes", required=True, help="comma-separated byte counts")

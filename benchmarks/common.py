@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmarks: sizes, bus factors, statistics, tables, JSON, and a process spawner.
+"""Shared helpers of the benchmarks: sizes, bus factors, statistics, tables, JSON results with the run's
+environment, command-line parsers, and a process spawner.
 
 Terms (nccl-tests): for a collective on `size` bytes that takes `time` seconds,
   algbw = size / time                       (what the caller sees)
@@ -7,10 +8,14 @@ Terms (nccl-tests): for a collective on `size` bytes that takes `time` seconds,
 with bus factors 2(n-1)/n for allreduce (reduce-scatter + allgather each move (n-1)/n of the buffer),
 (n-1)/n for allgather (size = the gathered output) and 1 for broadcast.
 """
+import argparse
+import copy
 import json
 import math
 import os
+import platform
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -121,6 +126,102 @@ def write_json(path, obj):
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
+
+
+def _command_output(argv, cwd=None):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _version(module):
+    try:
+        return __import__(module).__version__
+    except Exception as e:   # not installed, or broken: say which
+        return f"unavailable ({type(e).__name__})"
+
+
+def _mpi_library():
+    """The MPI launcher's version line; asked of mpirun, since loading mpi4py.MPI would initialize MPI."""
+    out = _command_output(["mpirun", "--version"])
+    return out.splitlines()[0] if out else "unavailable (no mpirun)"
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _memory_bytes():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+def run_environment(argv=None):
+    """What a reader needs to trust or reproduce a result: versions, the git commit, the host, the command."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = list(sys.argv if argv is None else argv)
+    status = _command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
+    return {
+        "command": shlex.join([os.path.basename(sys.executable)] + argv),
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": {"commit": _command_output(["git", "rev-parse", "HEAD"], cwd=root),
+                "dirty": None if status is None else bool(status)},
+        "versions": {"python": platform.python_version(), "pyhorovod": _version("pyhorovod"),
+                     "torch": _version("torch"), "numpy": _version("numpy"), "mpi4py": _version("mpi4py"),
+                     "mpi": _mpi_library()},
+        "host": {"hostname": platform.node(), "cores": os.cpu_count(), "memory_bytes": _memory_bytes(),
+                 "kernel": platform.release(), "cpu_model": _cpu_model(), "machine": platform.machine()},
+    }
+
+
+def write_result(path, obj, argv=None):
+    """A benchmark's result file: obj (a dict) with its "environment" (run_environment) added."""
+    write_json(path, dict(obj, environment=run_environment(argv)))
+
+
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default, also for options declared without help text (which the stock
+    formatter leaves out)."""
+
+    def _format_action(self, action):
+        if not action.help and action.option_strings and action.default is not argparse.SUPPRESS:
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+
+def choice_list(choices):
+    """argparse type= for a comma-separated list of choices ("a,b"), which choices= cannot check: refuses
+    an unknown item, returns the text as given."""
+    def parse(text):
+        bad = [t for t in text.split(",") if t and t not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{', '.join(bad)}: not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def choices_help(choices, what="comma-separated"):
+    return f"{what}, of: {', '.join(choices)}"
+
+
+def arg_parser(doc, **kwargs):
+    """The benchmarks' command-line parser: the first line of doc as description, defaults in --help."""
+    return argparse.ArgumentParser(description=doc.strip().split("\n")[0], formatter_class=_DefaultsShown,
+                                   **kwargs)
 
 
 RECORDS_ENV = "PHV_BENCH_RECORDS"   # set by run_records: the directory workers write their records to

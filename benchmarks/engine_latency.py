@@ -28,7 +28,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+import common as C  # noqa: E402
 
 
 def _raw_communicator(prefix):
@@ -169,7 +170,7 @@ def spawn(n, args, timeout=600):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = C.arg_parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--iters", type=int, default=200)
@@ -200,8 +201,7 @@ def main():
               f" ({mb / med['fused']:.0f} MB/s)   unfused {med['unfused'] * 1e3:8.2f} ms"
               f" ({mb / med['unfused']:.0f} MB/s)   speed-up {med['unfused'] / med['fused']:.1f}x")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        C.write_result(args.json, {str(n): v for n, v in report.items()})
 
 
 if __name__ == "__main__":

@@ -10,13 +10,17 @@ nccl-tests defines it; 0 for one rank, where the figure that matters is the per-
 column). Rank 0 also measures pinned host <-> device copy bandwidth at the largest size, the bound of the
 host-staged path (which copies every byte down and back up once).
 """
-import argparse
 import json
+import os
+import sys
 import time
 
 import torch
 
 import pyhorovod.torch as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
 
 
 def pinned_copy_gbps(dev, nbytes, iters=5):
@@ -36,7 +40,7 @@ def pinned_copy_gbps(dev, nbytes, iters=5):
 
 
 def main():
-    p = argparse.ArgumentParser()
+    p = C.arg_parser(__doc__)
     p.add_argument("--max-mib", type=int, default=256)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", default="", help="write the table (rank 0) to this file")

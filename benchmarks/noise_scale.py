@@ -14,7 +14,6 @@ one with True, and alternates their steps on the same batches (A B A B ...), so 
 (shared/anchors.md) slows both alike; the result is the ratio of median step times (forward, backward,
 allreduce, update) with the 95% bootstrap interval of that ratio.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -24,6 +23,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+import common as C  # noqa: E402
 
 
 def small_cnn():
@@ -190,11 +191,11 @@ def launch(np_, args, timeout):
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd + args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                            f"{proc.stderr[-3000:]}")
-    return proc.stdout, time.perf_counter() - t
+    return proc.stdout + proc.stderr, time.perf_counter() - t   # rank 0's log lines are on stderr
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("mode", choices=("trajectory", "overhead", "worker-trajectory", "worker-overhead"))
     p.add_argument("--np", default="2,4")
     p.add_argument("--batch", type=int, default=64, help="local batch per rank")
@@ -224,8 +225,7 @@ def main(argv=None):
         lines = [ln for ln in out.splitlines() if "[noise-scale]" in ln]
         if lines:
             results[n]["rank0_lines"] = lines[-3:]
-            with open(path, "w") as f:
-                json.dump(results[n], f, indent=1)
+        C.write_result(path, results[n])
         r = results[n]
         if a.mode == "trajectory":
             print(f"np={n}: {r['summary']}  ({secs:.0f}s)", flush=True)

@@ -185,11 +185,11 @@ def analyze(rec, spans, marks, slack_ms):
 
 
 def plot(step, path, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """A Gantt chart of one step (linear time: the bars' lengths are what the reader compares)."""
+    import plotting as P   # here: the ranks (--worker) never need matplotlib
     grads = sorted(step["gradients"], key=lambda g: g["ready_ms"])
-    fig, ax = plt.subplots(figsize=(11, 2.2 + 0.45 * (len(grads) + 1)))
+    fig, axes = P.new_figure(1, 1, width=11, height=2.2 + 0.45 * (len(grads) + 1))
+    ax = axes[0][0]
     y0 = len(grads)
     f, b = step["forward_ms"], step["backward_ms"]
     ax.broken_barh([(f[0], f[1] - f[0])], (y0 - 0.35, 0.7), color="#9ecae1", label="forward")
@@ -217,9 +217,8 @@ def plot(step, path, title):
                        + ["rank 0 compute\n(ticks: gradient ready)"], fontsize=8)
     ax.set_xlabel("ms since backward began (rank 0; ▼ = this gradient ready)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)  # below the axes
+    P.save(fig, path, dpi=120)
 
 
 def measure(args):
@@ -239,7 +238,7 @@ def measure(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--trace", default="", help="where rank 0 writes the timeline (default: a temp dir)")
     S.add_mlp_args(p)
@@ -301,7 +300,7 @@ def main(argv=None):
     if rounds:
         print(f"\nstep time overlap / synchronize-after-backward, separate launches (paired median of {len(rounds)} rounds): "
               f"{ratio:.3f}  (< 1: overlap faster)")
-    C.write_json(args.out + ".json", {
+    C.write_result(args.out + ".json", {
         "meta": {"argv": sys.argv, "np": 2, "batch": args.batch, "params": sum(rec["numel"].values()),
                  "time_unit": "ms since the step's backward began", "trace": trace},
         "alignment": {"origin_error_us": res["origin_error_us"], "mark_minus_enqueue_us": offs},

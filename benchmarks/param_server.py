@@ -125,7 +125,7 @@ def launch(alg, n, args, net, tag):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--alg", default="ring", help=argparse.SUPPRESS)
     p.add_argument("--tag", default="", help=argparse.SUPPRESS)
@@ -168,6 +168,30 @@ def main(argv=None):
     return report(records, args, t0)
 
 
+def figure(results, args):
+    """Allreduce time against ranks (log time axis): measured points with markers; with --netns the cost
+    model's prediction as a dotted line without markers."""
+    import plotting as P   # here: the ranks (--worker) never need matplotlib
+    fig, axes = P.new_figure(1, 1, width=6, height=4)
+    ax = axes[0][0]
+    for i, (alg, nbytes) in enumerate((a, b) for a in ("ring", "ps") for b in sorted({r["bytes"] for r in results})):
+        rs = sorted((r for r in results if r["alg"] == alg and r["bytes"] == nbytes), key=lambda r: r["n"])
+        if not rs:
+            continue
+        name = f"{alg} {P.size_label(nbytes)}"
+        P.measured(ax, [r["n"] for r in rs], [r["time_s"] * 1e3 for r in rs], name, alg == "ring",
+                   role=None if alg == "ring" else "baseline, benchmark only", color=f"C{i}")
+        if all(r["model_s"] for r in rs):
+            ax.plot([r["n"] for r in rs], [r["model_s"] * 1e3 for r in rs], ls=":", color=f"C{i}",
+                    label=f"{name} (model)")
+    P.count_axis(ax, [r["n"] for r in results], "ranks")
+    P.log_axis(ax, "allreduce time (ms)")
+    ax.set_title("ring vs parameter server" + (f", {args.rate_mbit:g} Mbit/s links" if args.netns else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    P.legend_outside(ax)
+    return fig
+
+
 def report(records, args, t0):
     from pyhorovod.scaling import cost_model as cm
     rows, results = [], []
@@ -193,24 +217,11 @@ def report(records, args, t0):
     print(f"\n# sum-allreduce float32, {'netns, ' + str(args.rate_mbit) + ' Mbit/s links' if args.netns else 'loopback TCP'},"
           f" parameter servers: {args.servers}")
     C.print_table(["alg", "n", "size", "time(ms)", "min..max(ms)", "model(ms)", "measured vs model", "#wrong"], rows)
-    C.write_json(args.json, {"meta": {"argv": sys.argv, "seconds": time.time() - t0, "rate_mbit": args.rate_mbit,
+    C.write_result(args.json, {"meta": {"argv": sys.argv, "seconds": time.time() - t0, "rate_mbit": args.rate_mbit,
                                       "netns": args.netns, "servers": args.servers}, "results": results})
     if args.png and results:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for alg in ("ring", "ps"):
-            for nbytes in sorted({r["bytes"] for r in results}):
-                pts = sorted((r["n"], r["time_s"]) for r in results if r["alg"] == alg and r["bytes"] == nbytes)
-                ax.plot([a for a, _ in pts], [b * 1e3 for _, b in pts], marker="o", label=f"{alg} {C.fmt_size(nbytes)}")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("allreduce time (ms)")
-        ax.set_title("ring vs parameter server" + (f", {args.rate_mbit:g} Mbit/s links" if args.netns else ""))
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.png, dpi=110)
+        import plotting as P
+        P.save(figure(results, args), args.png)
     return 1 if any(r["wrong"] for r in results) else 0
 
 

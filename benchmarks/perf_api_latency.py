@@ -7,7 +7,8 @@ A named call ("lat") is cached after its first call; an unnamed synchronous call
 got a fresh counter name and always missed the cache). The two alternate round by round (the machine flips
 between fast and slow states); rank 0 prints the median over rounds of the mean time per call.
 """
-import argparse
+import os
+import sys
 import statistics
 import time
 
@@ -15,9 +16,12 @@ import numpy as np
 
 import pyhorovod as hvd
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--iters", type=int, default=200)
     args = p.parse_args()

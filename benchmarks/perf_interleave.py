@@ -18,7 +18,6 @@ small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield
 ring size), zerocopy=0|1 (reduce straight from the shm ring), alg=auto|ring|small, env.NAME=VALUE (an
 environment variable set while this communicator is built), e.g. core-tcp:seg=1M,win=2.
 """
-import argparse
 import json
 import os
 import resource
@@ -31,6 +30,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import common as C  # noqa: E402
 TIMEOUT_S = 120.0
 
 
@@ -261,7 +262,7 @@ def report(allr, n, label):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--sizes", default="4,1M,64M")
     p.add_argument("--cands", default="core core-tcp mpi gloo", help="space-separated (quote the list)")
@@ -326,8 +327,7 @@ def main():
     out = report(allr, args.np, label)
     print(f"({time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"argv": sys.argv, "results": out}, f, indent=1)
+        C.write_result(args.json, {"argv": sys.argv, "results": out})
 
 
 if __name__ == "__main__":

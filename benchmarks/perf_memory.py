@@ -9,7 +9,6 @@ tensor exists (the interpreter, numpy, the extension, connections), after fillin
 two allreduces; the report gives the peak and the peak minus the baseline, both / tensor size. The
 result is checked (small integers: exact sums).
 """
-import argparse
 import json
 import os
 import resource
@@ -20,6 +19,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import common as C  # noqa: E402
 
 
 def rss_mib():
@@ -96,10 +97,11 @@ def launch(cand, n, mib, timeout):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--mib", type=int, default=256)
-    p.add_argument("--cands", default="core,core-tcp,api,api-tcp")
+    cands = ("core", "core-tcp", "api", "api-tcp")
+    p.add_argument("--cands", default=",".join(cands), type=C.choice_list(cands), help=C.choices_help(cands))
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--worker", default="")
     args = p.parse_args()

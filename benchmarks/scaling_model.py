@@ -15,7 +15,6 @@ Sections printed:
  4. local: the synthetic benchmark's measured efficiency (benchmarks/synthetic.py JSON) against the model
     built from the fitted loopback network and the measured one-process step time.
 """
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
+import plotting as P  # noqa: E402
 from pyhorovod.scaling import cost_model as cm  # noqa: E402
 
 WORKERS = [2, 4, 8, 16, 32, 64, 128, 256]
@@ -189,45 +189,47 @@ def local_section(syn, fits, cores):
     return out
 
 
-def plot(curves_out, syn, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def figure(curves_out, syn):
+    """Per published model: the cost model's efficiency curves (lines, no markers: nothing was measured
+    there); and the synthetic benchmark's measured efficiencies (markers)."""
     names = list(PUBLISHED["models"])
-    fig, axes = plt.subplots(1, len(names) + (1 if syn else 0), figsize=(6 * (len(names) + (1 if syn else 0)), 4.2))
+    fig, axes = P.new_figure(1, len(names) + (1 if syn else 0), width=6, height=4.2)
+    axes = axes[0]
     for ax, name in zip(axes, names):
         for ov, ls in ((False, "--"), (True, "-")):
             for i, (label, vs) in enumerate(curves_out[f"{name}|overlap={ov}"].items()):
-                ax.plot(WORKERS, [v * 100 for v in vs], ls=ls, marker="o", ms=3, color=f"C{i}",
-                        label=f"{label} ({'overlap' if ov else 'no overlap'})")
+                ax.plot(WORKERS, [v * 100 for v in vs], ls=ls, color=f"C{i}",
+                        label=f"{label} ({'overlap' if ov else 'no overlap'}, model)")
         ax.axhspan(88, 90, color="g", alpha=0.15, label="Horovod published (ring)")
         ax.axhline(50, color="r", alpha=0.3, label="published PS ~50%")
-        ax.set_xscale("log", base=2)
+        P.count_axis(ax, [w for w in WORKERS if w & (w - 1) == 0], "workers")
         ax.set_title(f"{name}, 25 Gbit/s, 1 worker per NIC (model)")
-        ax.set_xlabel("workers")
         ax.set_ylabel("scaling efficiency (%)")
         ax.set_ylim(0, 105)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
+        P.legend_outside(ax)
     if syn:
         ax = axes[-1]
         for cand in sorted({r["cand"] for r in syn["results"]}):
             pts = sorted((r["n"], r["efficiency"]) for r in syn["results"] if r["cand"] == cand)
-            ax.plot([p for p, _ in pts], [e * 100 for _, e in pts], marker="o", label=f"{cand} (measured)")
+            P.measured(ax, [p for p, _ in pts], [e * 100 for _, e in pts], cand, cand.startswith("pyhvd"))
         ax.set_title("synthetic MLP, loopback (measured)")
-        ax.set_xlabel("ranks")
+        P.count_axis(ax, [r["n"] for r in syn["results"]], "ranks")
         ax.set_ylabel("scaling efficiency (%)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        P.legend_outside(ax)
+    return fig
+
+
+def plot(curves_out, syn, path):
+    P.save(figure(curves_out, syn), path)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--collectives", help="JSON of benchmarks/collectives.py")
-    p.add_argument("--candidates", default="core,core-tcp,api,mpi,mpi-tcp,gloo,hvd-mpi,hvd-gloo")
+    p.add_argument("--candidates", default="core,core-tcp,api,mpi,mpi-tcp,gloo,hvd-mpi,hvd-gloo",
+                   help="candidates of the --collectives JSON to fit, comma-separated")
     p.add_argument("--min-bytes", type=C.parse_size, default=0, help="fit only sizes >= this")
     p.add_argument("--synthetic", help="JSON of benchmarks/synthetic.py")
     p.add_argument("--cores", type=int, default=os.cpu_count())
@@ -247,7 +249,7 @@ def main(argv=None):
         with open(args.synthetic) as f:
             syn = json.load(f)
         local = local_section(syn, fits, args.cores)
-    C.write_json(args.json, {"assumed": PUBLISHED, "fits": fits, "published_check": pub, "curves": cur,
+    C.write_result(args.json, {"assumed": PUBLISHED, "fits": fits, "published_check": pub, "curves": cur,
                              "workers": WORKERS, "local": local})
     if args.png:
         plot(cur, syn, args.png)

@@ -121,7 +121,7 @@ def report(recs, args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--np", type=int, default=2)
     S.add_mlp_args(p)
@@ -135,7 +135,7 @@ def main(argv=None):
         return worker(args)
     recs = launch(args)
     summary = report(recs, args)
-    C.write_json(args.json, {"args": vars(args), "summary": summary, "records": recs})
+    C.write_result(args.json, {"args": vars(args), "summary": summary, "records": recs})
     print(f"\nwrote {args.json}")
     return 0
 

@@ -169,12 +169,12 @@ def summarize(recs, windows):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = C.arg_parser(__doc__)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cand", help=argparse.SUPPRESS)
     p.add_argument("--tag", default="", help=argparse.SUPPRESS)
     p.add_argument("--np", default="2,4")
-    p.add_argument("--candidates", default=DEFAULT)
+    p.add_argument("--candidates", default=DEFAULT, type=C.choice_list(ALL), help=C.choices_help(ALL))
     p.add_argument("--model", choices=("mlp", "cnn", "fmnist"), default="mlp")
     add_mlp_args(p)
     p.add_argument("--width", type=int, default=32, help="channels of the CNN's first conv")
@@ -267,7 +267,7 @@ def report(runs, failures, skipped, args, t_start):
     if ratio_rows:
         print("\n# step time ratios ours/peer (< 1: pyhorovod faster; targets 0.9 vs ddp, 0.8 vs Horovod)")
         C.print_table(["ours", "peer", "n", "step ratio (paired median)", "rounds"], ratio_rows)
-    C.write_json(args.json, {
+    C.write_result(args.json, {
         "meta": {"argv": sys.argv, "seconds": time.time() - t_start, "model": args.model, "batch": args.batch,
                  "steps": args.steps, "rounds": args.rounds},
         "params": params, "grad_bytes": params * 4, "fusion_bytes": 64 << 20,

@@ -11,7 +11,7 @@ PyTorch users import pyhorovod.torch instead. Differences from Horovod are noted
 also at world sizes that are not a power of two. root_rank is a global rank everywhere, also on a process
 set, as in Horovod.
 """
-from pyhorovod import _api, _core, basics, process_sets as _process_sets
+from pyhorovod import _api, _core, _logging, basics, process_sets as _process_sets
 from pyhorovod._api import Adasum, Average, Max, Min, Product, Sum, poll, synchronize
 from pyhorovod._numpy_ops import (
     allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
@@ -24,6 +24,8 @@ from pyhorovod._version import __version__
 from pyhorovod.errors import HorovodInternalError, HorovodTimeoutError
 from pyhorovod.errors import translated as _translated
 from pyhorovod.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+
+_logging.set_up()  # the NullHandler on "pyhorovod", and HOROVOD_LOG_LEVEL's level (pyhorovod/_logging.py)
 
 
 

@@ -23,7 +23,7 @@ import stat
 import threading
 from typing import Callable, Dict, List, Optional
 
-from pyhorovod import _bootstrap, _comm, _inert_env, _rendezvous
+from pyhorovod import _bootstrap, _comm, _inert_env, _logging, _rendezvous
 from pyhorovod._config import Config
 from pyhorovod.errors import translated
 
@@ -87,6 +87,8 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
         sockets_before = _open_sockets()
         env = os.environ if env is None else env
         config = Config.from_env(env)
+        _logging.set_up(env)
+        _logging.attach_stderr()
         config.dynamic_process_sets = config.dynamic_process_sets or dynamic_process_sets
         info = _bootstrap.discover(env)
         if _state.parent_job is not None and info.size > 1 and _job_membership(info, env) == _state.parent_job:

@@ -13,7 +13,13 @@ counts progress in scale-invariant steps tau_{t+1} = tau_t + r_t: the LR schedul
 and training that takes T base steps ends when tau reaches T. In noise-scale terms, with B_noise =
 tr(Sigma)/|G|^2, r = (B_noise/B0 + 1) / (B_noise/(s B0) + 1).
 """
+import logging
 import math
+
+from pyhorovod import _logging
+
+# rank 0's gain lines: INFO records (pyhorovod/_logging.py says when they show without logging set up)
+log = logging.getLogger("pyhorovod.scaling.adascale")
 
 
 def adascale_gain(sigma_sq, mu_sq, scale):
@@ -103,6 +109,8 @@ class AdaScalePolicy:
         self.gain = 1.0
         self.verbose, self.log_every = verbose, log_every
         self._step = None
+        if verbose and log_every:
+            _logging.show_reports()
         estimator.adascale = self   # its report() then carries adascale_gain and adascale_progress
 
     def multiplier(self, step):
@@ -116,6 +124,5 @@ class AdaScalePolicy:
 
     def maybe_log(self, step, lrs):
         if self.verbose and self.log_every and step % self.log_every == 0:
-            print(f"[pyhorovod] lr_scaling=adascale: step {step} gain {self.gain:.3g} of {self.scale:g}, "
-                  f"progress {self.progress:.1f} base steps, lr " + ", ".join(f"{lr:.6g}" for lr in lrs),
-                  flush=True)
+            log.info("lr_scaling=adascale: step %d gain %.3g of %g, progress %.1f base steps, lr %s", step,
+                     self.gain, self.scale, self.progress, ", ".join(f"{lr:.6g}" for lr in lrs))

@@ -104,8 +104,8 @@ class NoiseScaleEstimator:
     ema_beta: smoothing of both EMAs (0.99 ~ the last 100 steps).
     groups: number of parameter groups (vector updates), or a list of their names.
     workers, local_batch: describe the run for the advisor (default: b_big / b_small workers of b_small).
-    log_every, log_fn: call log_fn(summary line) every log_every updates (the optimizer passes print on
-        rank 0 only).
+    log_every, log_fn: call log_fn(summary line) every log_every updates (the optimizer passes the INFO
+        method of the "pyhorovod.scaling.noise_scale" logger on rank 0 only).
     """
 
     def __init__(self, b_small, b_big, ema_beta=0.99, groups=1, workers=None, local_batch=None,

@@ -198,12 +198,13 @@ def _load_user_trial(spec):
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m pyhorovod.scaling.sweep", description=__doc__.split("\n")[0])
-    p.add_argument("--batch-sizes", default="8,16,32,64,128,256,512,1024,2048,4096")
+    p = argparse.ArgumentParser(prog="python -m pyhorovod.scaling.sweep", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--batch-sizes", default="8,16,32,64,128,256,512,1024,2048,4096", help="comma-separated")
     p.add_argument("--trials", type=int, default=8, help="quasi-random trials per batch size")
-    p.add_argument("--optimizers", default="sgd,momentum,nesterov")
+    p.add_argument("--optimizers", default="sgd,momentum,nesterov", help="comma-separated, of: sgd, momentum, nesterov")
     p.add_argument("--targets", default="0.55,0.5,0.45", help="validation metric targets; the lowest is main")
-    p.add_argument("--metric", choices=("loss", "error"), default="loss")
+    p.add_argument("--metric", choices=("loss", "error"), default="loss", help="what --targets bound")
     p.add_argument("--max-epochs", type=float, default=6.0, help="step budget per trial: epochs / B ...")
     p.add_argument("--min-steps", type=int, default=400, help="... but at least this many steps ...")
     p.add_argument("--max-steps", type=int, default=20000, help="... and at most this many")
@@ -212,19 +213,19 @@ def _parser():
     p.add_argument("--no-decay", action="store_true", help="constant LR (no linear-decay dimensions)")
     p.add_argument("--hidden", type=int, default=64, help="MLP hidden units (0: softmax regression)")
     p.add_argument("--pool", type=int, default=2, help="average-pool the 28x28 images by this factor")
-    p.add_argument("--n-train", type=int, default=None)
-    p.add_argument("--n-val", type=int, default=5000)
+    p.add_argument("--n-train", type=int, default=None, help="first N training examples (None: all 60000)")
+    p.add_argument("--n-val", type=int, default=5000, help="validation examples")
     p.add_argument("--measure-workers", type=int, default=8, help="in-process workers for B_simple (0: off)")
     p.add_argument("--measure-batch", type=int, default=None, help="batch of the B_simple rerun")
-    p.add_argument("--ema-beta", type=float, default=0.95)
+    p.add_argument("--ema-beta", type=float, default=0.95, help="smoothing of the B_simple EMAs")
     p.add_argument("--train", default=None, help="module:function, a user trial (see trial.py)")
     p.add_argument("--user-n-train", type=int, default=60000, help="training-set size for a user trial")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of each trial's model initialisation and batch order")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per trial")
     p.add_argument("--jobs", type=int, default=1, help="batch sizes trained in parallel (forked processes)")
     p.add_argument("--out", default="sweep", help="output prefix: writes OUT.json and OUT.png")
-    p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-plot", action="store_true", help="write no PNG")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
 

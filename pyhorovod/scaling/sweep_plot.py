@@ -4,8 +4,23 @@ Left: steps to the main (lowest) target against batch size on log axes for every
 fitted S = S_min (1 + B_crit/B), the three regimes of the main series shaded (perfect scaling B <= B_crit/9,
 plateau B >= 9 B_crit: the same 10% thresholds as the advisor), and the live B_simple of each series as a
 vertical dashed line. Right: the main series at every target, showing how B_crit moves with the target.
+
+Drawn with matplotlib's object API (Figure + FigureCanvasAgg): the caller's backend is never switched.
+Markers mark measured points only; fits are lines; legends sit right of the axes.
 """
 import numpy as np
+
+
+def _figure(ncols, width, height):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(width * ncols, height), layout="constrained")  # constrained: room for the legends
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+
+
+def _legend_outside(ax, fontsize):
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def _main_series(res):
@@ -14,15 +29,15 @@ def _main_series(res):
 
 
 def plot_sweep(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    figure_sweep(res).savefig(path, dpi=90, bbox_inches="tight")
 
+
+def figure_sweep(res):
     batches = np.array(res["batch_sizes"], dtype=float)
     xs = np.geomspace(batches.min() / 1.5, batches.max() * 1.5, 200)
     main_t = str(res["targets"][-1])
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, (ax, ax2) = _figure(2, 7.5, 5.2)
+    colors = [f"C{i}" for i in range(10)]
     main = _main_series(res)
 
     fit = res["series"][main]["fits"].get(main_t)
@@ -56,7 +71,7 @@ def plot_sweep(res, path):
     ax.set_xlabel("batch size")
     ax.set_ylabel(f"steps to validation {res.get('metric', 'loss')} <= {main_t}")
     ax.set_title("steps-to-result, LR (+momentum, decay) tuned per batch size")
-    ax.legend(fontsize=7, loc="lower left")
+    _legend_outside(ax, 7)
     ax.grid(True, which="both", alpha=0.3)
 
     s = res["series"][main]
@@ -80,31 +95,23 @@ def plot_sweep(res, path):
     ax2.set_xlabel("batch size")
     ax2.set_ylabel("steps to target")
     ax2.set_title(f"{main}: every target (square: B_crit, dashed: live B_simple)")
-    ax2.legend(fontsize=8)
+    _legend_outside(ax2, 7)
     ax2.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
 
 
 def plot_b_simple_runs(runs, path, title="live B_simple during training", xlabel="step"):
     """runs: {label: [(x, b_simple), ...]} -> one PNG (e.g. the example at 2 and 4 ranks)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax,) = _figure(1, 7, 4.2)
     for label, pts in runs.items():
         pts = [(s, b) for s, b in pts if b is not None]
-        if pts:
-            ax.plot(*zip(*pts), label=label)
+        if pts:   # each point is a recorded estimate: marked
+            ax.plot(*zip(*pts), marker=".", ms=3, label=label)
     ax.axhspan(50, 900, color="#e8e8f8", zorder=0, label="MNIST range in McCandlish et al. (50-900)")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("B_simple (ratio of EMAs)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    _legend_outside(ax, 8)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig.savefig(path, dpi=90, bbox_inches="tight")

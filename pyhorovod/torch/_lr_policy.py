@@ -12,20 +12,12 @@ tuned for one worker's batch, so factor = workers x backward_passes_per_step for
 """
 import logging
 
+from pyhorovod import _logging, basics
 from pyhorovod.scaling.lr import scale_factor, warmup_multiplier, warmup_steps_from
 
+# Rank 0's LR lines: INFO records, shown on stderr to a script that configured no logging
+# (pyhorovod/_logging.py show_reports), silenced by logging.getLogger("pyhorovod").setLevel(WARNING).
 log = logging.getLogger("pyhorovod.torch.lr")
-
-
-def _ensure_visible():
-    # Rank 0's LR messages are part of the contract (issue 4): show them even if the script configured no
-    # logging, without touching the root logger.
-    if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[pyhorovod] %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
 
 
 class LrPolicy:
@@ -46,8 +38,8 @@ class LrPolicy:
         self.warmup_steps = warmup_steps_from(warmup_steps, warmup_epochs, steps_per_epoch)
         self.verbose = verbose
         self._logged_final = False
-        if verbose:
-            _ensure_visible()
+        if verbose and basics.rank() == 0:   # the optimizer logs on rank 0 only (maybe_log)
+            _logging.show_reports()
 
     def multiplier(self, step):
         return warmup_multiplier(step, self.factor, self.warmup_steps)

@@ -30,20 +30,21 @@ one copy of the gradients and is only done in that mode.
 AMP: gradients are those of the scaled loss until unscale_; set optimizer.noise_scale_estimator
 .grad_scale = scaler.get_scale() each step (the estimator divides by its square) -- see noise_scale.py.
 
-Rank 0 prints the estimator's one-line summary every PYHOROVOD_NOISE_SCALE_LOG_EVERY measured steps
-(default 100; 0: never). PYHOROVOD_NOISE_SCALE_EVERY=k measures only every k-th step (default 1): the
-cost per step falls k-fold and the EMAs span k times more steps; every rank skips the same steps, so the
-extra allreduce stays matched.
+Rank 0 logs the estimator's one-line summary (an INFO record of "pyhorovod.scaling.noise_scale") every
+PYHOROVOD_NOISE_SCALE_LOG_EVERY measured steps (default 100; 0: never). PYHOROVOD_NOISE_SCALE_EVERY=k
+measures only every k-th step (default 1): the cost per step falls k-fold and the EMAs span k times more
+steps; every rank skips the same steps, so the extra allreduce stays matched.
 
 Step times for the advisor: the wall time between consecutive steps, and as its communication
 part the time from the submission of the step's last gradient to the end of synchronize.
 """
+import logging
 import os
 import time
 
 import torch
 
-from pyhorovod import _api, _core, basics
+from pyhorovod import _api, _core, _logging, basics
 from pyhorovod.torch import _convert as cv, ops
 
 # dense CPU dtypes whose squared norm _core.sum_of_squares takes straight from the tensor's memory
@@ -66,7 +67,10 @@ class NoiseScaleTap:
         self.every = int(os.environ.get("PYHOROVOD_NOISE_SCALE_EVERY", "1"))
         if self.every < 1 or log_every < 0:
             raise ValueError("PYHOROVOD_NOISE_SCALE_EVERY must be >= 1, PYHOROVOD_NOISE_SCALE_LOG_EVERY >= 0")
-        log_fn = (lambda line: print(line, flush=True)) if basics.rank() == 0 else None
+        log_fn = None
+        if basics.rank() == 0 and log_every:
+            _logging.show_reports()
+            log_fn = logging.getLogger("pyhorovod.scaling.noise_scale").info
         self.estimator = NoiseScaleEstimator.for_config(
             int(batch_size), int(workers), int(backward_passes_per_step), groups=ngroups,
             log_every=log_every, log_fn=log_fn)

@@ -1,0 +1,180 @@
+"""What the benchmarks tell a reader: --help with every default, results that record where they were
+measured (common.run_environment), and figures with log axes, size labels, marked measurements and
+legends off the curves that never switch the caller's matplotlib backend (benchmarks/plotting.py)."""
+import os
+import platform
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+sys.path.insert(0, BENCH)
+import collectives  # noqa: E402
+import common as C  # noqa: E402
+import scaling_model  # noqa: E402
+
+HELPERS = {"common.py", "plotting.py"}
+SCRIPTS = sorted(f for f in os.listdir(BENCH) if f.endswith(".py") and f not in HELPERS)
+
+
+def _help_entries(text):
+    """The option entries of an argparse --help text, each joined to one line."""
+    entries, current = [], None
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            current = [line.strip()]
+            entries.append(current)
+        elif current is not None and line.startswith("      "):
+            current.append(line.strip())
+        else:
+            current = None
+    return [" ".join(e) for e in entries]
+
+
+def test_every_benchmark_help_shows_its_defaults():
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    procs = {f: subprocess.Popen([sys.executable, os.path.join(BENCH, f), "--help"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env) for f in SCRIPTS}
+    outs = {f: p.communicate(timeout=300) for f, p in procs.items()}
+    for f, (out, err) in outs.items():
+        assert procs[f].returncode == 0, f"{f} --help: {err}"
+        options = [e for e in _help_entries(out) if not e.startswith("-h, --help")]
+        assert options, f"{f}: no options in\n{out}"
+        missing = [e for e in options if "(default: " not in e]
+        assert not missing, f"{f}: options without their default: {missing}"
+    # Enumerations list their choices, and an unknown one is refused before anything runs.
+    assert "of: allreduce, allgather, broadcast (default: allreduce,allgather,broadcast)" in \
+        " ".join(outs["collectives.py"][0].split())
+    assert "{trajectory,overhead,worker-trajectory,worker-overhead}" in outs["noise_scale.py"][0]
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "collectives.py"), "--ops", "allreduce,scatter"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "scatter: not one of allreduce, allgather, broadcast" in r.stderr, r.stderr
+
+
+def test_run_environment_records_versions_commit_host_and_command(tmp_path):
+    import numpy
+    import torch
+    import pyhorovod
+    env = C.run_environment(["benchmarks/x.py", "--np", "2", "a b"])
+    assert env["command"] == f"{os.path.basename(sys.executable)} benchmarks/x.py --np 2 'a b'"
+    assert env["argv"] == ["benchmarks/x.py", "--np", "2", "a b"]
+    versions = env["versions"]
+    assert (versions["pyhorovod"], versions["torch"], versions["numpy"], versions["python"]) == \
+        (pyhorovod.__version__, torch.__version__, numpy.__version__, platform.python_version())
+    try:
+        import mpi4py
+        assert versions["mpi4py"] == mpi4py.__version__
+    except ImportError:
+        assert versions["mpi4py"].startswith("unavailable")
+    assert "Open MPI" in versions["mpi"] or versions["mpi"].startswith("unavailable")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{40}", head) and env["git"]["commit"] == head
+    assert isinstance(env["git"]["dirty"], bool)
+    host = env["host"]
+    assert host["cores"] == os.cpu_count() and host["kernel"] == platform.release()
+    assert host["memory_bytes"] == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 0
+    with open("/proc/cpuinfo") as f:
+        models = {line.split(":", 1)[1].strip() for line in f if line.startswith("model name")}
+    assert host["cpu_model"] in models
+    path = str(tmp_path / "r.json")
+    C.write_result(path, {"results": [1, 2]}, argv=["b.py"])
+    import json
+    with open(path) as f:
+        got = json.load(f)
+    assert got["results"] == [1, 2] and got["environment"]["argv"] == ["b.py"]
+    assert set(got["environment"]) == {"command", "argv", "cwd", "time_utc", "git", "versions", "host"}
+
+
+BACKEND_CHECK = r"""
+import json, sys, tempfile, os
+import matplotlib
+matplotlib.use("pdf")   # the caller's choice, which drawing a benchmark figure must keep
+sys.path.insert(0, sys.argv[1])
+import plotting, collectives, scaling_model, param_server, overlap_timeline  # noqa
+from pyhorovod.scaling import sweep_plot
+after_import = matplotlib.get_backend()
+agg = {(2, "core", "allreduce", 4): {"time_s": 1e-5, "busbw": 1e-3}}
+d = tempfile.mkdtemp()
+collectives.plot(agg, os.path.join(d, "c.png"))
+sweep_plot.plot_b_simple_runs({"run": [(1, 10.0), (2, 12.0)]}, os.path.join(d, "b.png"))
+print(json.dumps([after_import, matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules]))
+"""
+
+
+def test_plotting_never_switches_the_matplotlib_backend():
+    pytest.importorskip("matplotlib")
+    r = subprocess.run([sys.executable, "-c", BACKEND_CHECK, BENCH], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, PYTHONPATH=ROOT, MPLBACKEND=""))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == '["pdf", "pdf", false]'
+
+
+def _fake_collectives():
+    """Two candidates, allreduce at n=2, four sizes; times chosen to span five decades."""
+    agg = {}
+    for cand, scale in (("core", 1.0), ("mpi", 2.0)):
+        for nbytes, t in ((4, 2e-6), (4096, 1e-5), (1 << 20, 1e-3), (64 << 20, 5e-2)):
+            agg[(2, cand, "allreduce", nbytes)] = {"time_s": t * scale,
+                                                   "busbw": nbytes / (t * scale) / 1e9 * C.bus_factor("allreduce", 2)}
+    return agg
+
+
+def test_collectives_figure_has_log_axes_size_labels_roles_and_outside_legend():
+    pytest.importorskip("matplotlib")
+    fig = collectives.figure(_fake_collectives())
+    fig.canvas.draw()
+    time_ax, bw_ax = fig.axes
+    for ax in (time_ax, bw_ax):
+        assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["4", "4K", "1M", "64M"]
+        assert [tuple(line.get_xdata()) for line in ax.get_lines()] == [(4, 4096, 1 << 20, 64 << 20)] * 2
+        assert all(line.get_marker() == "o" for line in ax.get_lines())
+    assert [line.get_linestyle() for line in time_ax.get_lines()] == ["-", "--"]
+    times = time_ax.get_lines()[0].get_ydata()
+    assert list(times) == pytest.approx([2.0, 10.0, 1000.0, 50000.0])   # microseconds
+    legend = bw_ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["core (pyhorovod)", "mpi (peer)"]
+    renderer = fig.canvas.get_renderer()
+    assert legend.get_window_extent(renderer).x0 >= bw_ax.get_window_extent(renderer).x1   # off the curves
+
+
+def test_size_labels():
+    import plotting as P
+    assert [P.size_label(s) for s in (4, 1024, 4096, 1 << 20, 8800 << 10, 64 << 20, 1 << 30)] == \
+        ["4", "1K", "4K", "1M", "8.59M", "64M", "1G"]
+
+
+def test_model_curves_carry_no_markers_measured_points_do():
+    pytest.importorskip("matplotlib")
+    curves = {f"{name}|overlap={ov}": {"ring": [0.9] * len(scaling_model.WORKERS)}
+              for name in scaling_model.PUBLISHED["models"] for ov in (False, True)}
+    syn = {"results": [{"cand": "pyhvd", "n": 2, "efficiency": 0.5}, {"cand": "ddp", "n": 2, "efficiency": 0.6},
+                       {"cand": "pyhvd", "n": 4, "efficiency": 0.4}, {"cand": "ddp", "n": 4, "efficiency": 0.45}]}
+    fig = scaling_model.figure(curves, syn)
+    *model_axes, measured_ax = fig.axes
+    for ax in model_axes:
+        assert {line.get_marker() for line in ax.get_lines() if "model" in line.get_label()} == {"None"}
+    assert {line.get_label(): line.get_marker() for line in measured_ax.get_lines()} == \
+        {"ddp (peer)": "o", "pyhvd (pyhorovod)": "o"}
+
+
+def test_a_benchmark_result_carries_its_environment_and_replots(tmp_path):
+    """scaling_model.py measures nothing (it fits a collectives result), so it runs end to end here; its
+    JSON must carry the environment, and collectives.py --replot must draw that collectives result."""
+    pytest.importorskip("matplotlib")
+    import json
+    coll = tmp_path / "coll.json"
+    C.write_result(str(coll), {"results": [dict(a, n=k[0], cand=k[1], op=k[2], bytes=k[3])
+                                           for k, a in _fake_collectives().items()]})
+    out = tmp_path / "model.json"
+    assert scaling_model.main(["--collectives", str(coll), "--candidates", "core,mpi", "--json", str(out),
+                               "--png", str(tmp_path / "model.png")]) == 0
+    with open(out) as f:
+        env = json.load(f)["environment"]
+    assert env["versions"]["pyhorovod"] and env["git"]["commit"] and env["host"]["cores"] == os.cpu_count()
+    png = tmp_path / "coll.png"
+    assert collectives.main(["--replot", str(coll), "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -55,7 +55,7 @@ class _State:
 
 _state = _State()
 
-NOT_INITIALIZED = "pyhorovod has not been initialized; use pyhorovod.init()."
+NOT_INITIALIZED = "pyhorovod is not initialized: call pyhorovod.init() first."
 # Variables that say where a job meets: two processes with the same rank, size and these are one rank.
 _JOB_VARIABLES = ("PYHOROVOD_STORE_ADDR", "PYHOROVOD_STORE_PORT", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
                   "HOROVOD_GLOO_RENDEZVOUS_PORT", "MASTER_ADDR", "MASTER_PORT")

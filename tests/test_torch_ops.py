@@ -276,7 +276,7 @@ def body_errors():
     import torch
     import pyhorovod.torch as hvd
     c = _Checker()
-    _raises(c, "before init", ValueError, "has not been initialized", lambda: hvd.allreduce(torch.ones(1)))
+    _raises(c, "before init", ValueError, "is not initialized", lambda: hvd.allreduce(torch.ones(1)))
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     t = torch.ones(3)
@@ -286,7 +286,7 @@ def body_errors():
     _raises(c, "Adasum optimizer lr_scaling", ValueError, "Adasum",
             lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(t)], lr=1), op=hvd.Adasum,
                                              lr_scaling="linear", base_batch_size=1, batch_size=1))
-    _raises(c, "op and average", ValueError, "supersedes average", lambda: hvd.allreduce(t, op=hvd.Sum,
+    _raises(c, "op and average", ValueError, "not both", lambda: hvd.allreduce(t, op=hvd.Sum,
                                                                                           average=True))
     _raises(c, "bad op", ValueError, "not a reduction op", lambda: hvd.allreduce(t, op=42))
     _raises(c, "not a tensor", ValueError, "expected a torch.Tensor", lambda: hvd.allreduce([1.0, 2.0]))

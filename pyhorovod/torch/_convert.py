@@ -25,9 +25,10 @@ def resolve_op(op, average):
     """horovod.torch: average= is deprecated (a DeprecationWarning, as Horovod) and excludes op=."""
     if average is not None:
         if op is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+            raise ValueError("pass either op= or the deprecated average=, not both")
         import warnings
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+        warnings.warn("average= is the old spelling of op=: average=True is op=Average, average=False is "
+                      "op=Sum; it will go in a later release",
                       DeprecationWarning, stacklevel=4)
     return check_op(_api.resolve_op(op, average))
 
@@ -123,16 +124,16 @@ def checked_named_parameters(param_groups, named_parameters):
         all_params = [v for group in param_groups for v in group["params"]]
         named_parameters = [("allreduce.noname.%s" % i, v) for i, v in enumerate(all_params)]
     if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
-                         "produced by model.named_parameters().")
+        raise ValueError("named_parameters: expected (name, parameter) pairs, as model.named_parameters() "
+                         "gives them")
     names = [k for k, _ in named_parameters]
     dups = sorted({k for k in names if names.count(k) > 1})
     if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
+        raise ValueError("named_parameters: each name may name one parameter only; repeated: %s"
                          % ", ".join(dups))
     all_ids = {id(v) for group in param_groups for v in group["params"]}
     unnamed = all_ids - {id(v) for _, v in named_parameters}
     if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                         "named. Python object ids: %s" % ", ".join(str(i) for i in unnamed))
+        raise ValueError("named_parameters leaves out parameters the optimizer updates (their Python "
+                         "object ids: %s); name every one of them" % ", ".join(str(i) for i in unnamed))
     return named_parameters

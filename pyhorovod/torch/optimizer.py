@@ -275,10 +275,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
-                              "optimizer.synchronize(). This can cause training slowdown. You may want to "
-                              "consider using optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
+                warnings.warn("step() after synchronize() waits for the gradients a second time; wrap step() in "
+                              "`with optimizer.skip_synchronize():` when you call synchronize() yourself")
             self.synchronize()
         self._synchronized = False
         if self._lr_policy is None:
@@ -366,25 +364,27 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     cv.check_op(op)
     if gradient_predivide_factor != 1.0 and op != _api.Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+        raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor!r} needs op=Average (it splits the "
+                         f"averaging into a division before and after the sum)")
     if num_groups != 0:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
-                      DeprecationWarning)
+        warnings.warn("DistributedOptimizer(num_groups=N) is the old spelling of groups=N; pass groups= instead "
+                      "(num_groups will go in a later release)", DeprecationWarning)
         if groups is None:
             groups = num_groups
     if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+        raise ValueError(f"groups={groups!r}: expected a positive number of groups or a list of lists of "
+                         f"parameters")
     if isinstance(groups, list):
         seen = set()
         for group in groups:
             for p in group:
                 if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups must consist of torch.Tensor.")
+                    raise ValueError("groups: every entry of every group must be a parameter (a torch.Tensor)")
                 if id(p) in seen:
-                    raise ValueError("A parameter can only appear once in groups.")
+                    raise ValueError("groups: a parameter is listed in more than one place")
                 seen.add(id(p))
     if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+        raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r}: expected a positive integer")
     process_set = global_process_set if process_set is None else process_set
     if getattr(process_set, "process_set_id", None) is None:
         raise ValueError(f"process_set={process_set!r} is not a registered ProcessSet")

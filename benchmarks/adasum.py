@@ -74,12 +74,13 @@ def drive(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--np", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
-    ap.add_argument("--size", type=C.parse_size, default=64 << 20, help="bytes of float32 (default 64M)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--timeout", type=float, default=600)
+    ap = C.arg_parser(__doc__)
+    ap.add_argument("--np", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4],
+                    help="rank counts, comma-separated")
+    ap.add_argument("--size", type=C.parse_size, default=64 << 20, help="bytes of float32 (64M = 64 MiB)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved Sum/Adasum rounds")
+    ap.add_argument("--iters", type=int, default=3, help="timed calls per round")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds before a launch is killed")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     worker(args) if args.worker else drive(args)

@@ -9,10 +9,12 @@ the last one carried along as it is); a missing file
 leaves its goals "not measured". Exit code: 1 when a step failed, else 2 when a measured goal was missed,
 else 0.
 """
-import argparse
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
 
 
 def load(path):
@@ -63,10 +65,10 @@ def overhead_goals(ov):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--steps", required=True)
-    p.add_argument("--dir", required=True)
-    p.add_argument("--json", default="")
+    p = C.arg_parser(__doc__)
+    p.add_argument("--steps", required=True, help="the steps' status file that device_check.sh wrote")
+    p.add_argument("--dir", required=True, help="the folder of the steps' raw JSON results")
+    p.add_argument("--json", default="", help="write the summary here too")
     args = p.parse_args(argv)
     steps = []
     with open(args.steps) as f:

@@ -14,8 +14,8 @@
 PYHOROVOD_FUSION_MAX_TENSOR_BYTES there, so that they are fused); its figures mean nothing for the goals.
 Each figure is the median over rounds of a per-round ratio; the order of the two candidates alternates.
 """
-import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -23,6 +23,9 @@ import time
 import torch
 
 import pyhorovod.torch as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
 
 
 def sync(dev):
@@ -129,7 +132,7 @@ def fusion_copies(args, dev):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = C.arg_parser(__doc__)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--width", type=int, default=4096)
     p.add_argument("--layers", type=int, default=6)

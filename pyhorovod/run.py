@@ -1,8 +1,12 @@
-"""`pyhorovod.run` is two things, as in Horovod:
-  * the launcher module: `python -m pyhorovod.run -np 2 python train.py` (as `pyhorovod run`, `horovodrun`);
-  * a function: `pyhorovod.run(func, args=(), kwargs=None, np=2, ...)` runs func on every rank and returns
-    their results (pyhorovod/runner/function.py).
-Both hold because, once imported, this module's class is a ModuleType whose call is that function."""
+"""``pyhorovod.run`` is two things, as in Horovod.
+
+The launcher module: ``python -m pyhorovod.run -np 2 python train.py`` (as ``pyhorovod run`` and
+``horovodrun``). And a function: ``pyhorovod.run(func, args=(), kwargs=None, np=1, ...)`` starts a job,
+runs ``func(*args, **kwargs)`` on every rank after ``init()`` and returns the list of the ranks' results,
+in rank order (pyhorovod/runner/function.py: the keywords of ``horovod.run``; the elastic ones are
+refused with ValueError). A rank that raises makes it raise RuntimeError with that rank's traceback.
+Both hold because, once imported, this module's class is a ModuleType whose call is that function.
+"""
 import inspect
 import sys
 import types

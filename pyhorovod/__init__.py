@@ -34,11 +34,11 @@ from pyhorovod.errors import HorovodInternalError, HorovodTimeoutError
 from pyhorovod.errors import translated as _translated
 from pyhorovod.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 
 
-def init(comm=None, process_sets: Union[None, str, Sequence] = None) -> None:
+def init(comm: Union[None, Sequence[int], Any] = None, process_sets: Union[None, str, Sequence] = None) -> None:
     """Joins the job: finds this process's rank, meets the other ranks and starts the engine.
 
     The rank and size come from the first launcher whose variables are set (pyhorovod run, Horovod's

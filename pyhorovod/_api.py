@@ -335,7 +335,7 @@ def poll(handle: int) -> bool:
         raise mapped from e
 
 
-def synchronize(handle: int):
+def synchronize(handle: int) -> Any:
     """Waits until the asynchronous operation behind ``handle`` has completed, and returns its result.
 
     Returns:

@@ -5,7 +5,7 @@ order, the same list on every rank), or dynamically with add_process_set() when
 HOROVOD_DYNAMIC_PROCESS_SETS=1 (collective over all ranks). The global set, id 0, is every rank.
 ps.rank() counts from 0 in ascending global-rank order; root_rank arguments are global ranks (as Horovod).
 """
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 from pyhorovod import _comm, basics
 from pyhorovod.errors import translated
@@ -113,7 +113,7 @@ def as_process_sets(items) -> List[ProcessSet]:
     return [p if isinstance(p, ProcessSet) else ProcessSet(p) for p in (items or [])]
 
 
-def add_process_set(process_set) -> ProcessSet:
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
     """Registers a process set after :func:`init`; every rank of the job must call it, in the same order.
 
     Needs dynamic process sets: ``init(process_sets="dynamic")`` or ``HOROVOD_DYNAMIC_PROCESS_SETS=1``.

@@ -16,11 +16,13 @@ Framework-free: the scheduler only touches `optimizer.param_groups[i]["lr"]`, so
 optimizer without this module importing torch.
 """
 import math
+from typing import Optional
 
 RULES = ("linear", "sqrt", "none")
 
 
-def scale_factor(rule="linear", base_batch=None, global_batch=None):
+def scale_factor(rule: Optional[str] = "linear", base_batch: Optional[float] = None,
+                 global_batch: Optional[float] = None) -> float:
     """The LR multiplier of a scaling rule for going from ``base_batch`` to ``global_batch`` examples.
 
     Args:
@@ -49,7 +51,8 @@ def scale_factor(rule="linear", base_batch=None, global_batch=None):
     return k if rule == "linear" else math.sqrt(k)
 
 
-def scaled_lr(base_lr, rule="linear", base_batch=None, global_batch=None):
+def scaled_lr(base_lr: float, rule: Optional[str] = "linear", base_batch: Optional[float] = None,
+              global_batch: Optional[float] = None) -> float:
     """The LR for ``global_batch`` examples per step, given ``base_lr`` tuned for ``base_batch``.
 
     ``scaled_lr(0.1, "linear", base_batch=256, global_batch=1024)`` is 0.4; with ``"sqrt"`` it is 0.2.

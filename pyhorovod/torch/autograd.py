@@ -12,10 +12,12 @@ script ported from Horovod trains with the same gradients, e.g. the same effecti
 - alltoall: the output gradient sent back along the received splits (exact).
 - reducescatter: Horovod's choice is n * exact, see _scatter_backward.
 """
+from typing import List, Optional, Sequence, Tuple, Union
+
 import torch
 
 from pyhorovod import _api
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 from pyhorovod.torch.compression import Compression
@@ -69,8 +71,9 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(outs)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: type = Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces ``tensor`` over the ranks of the process set, into a new tensor. Differentiable.
 
     Every rank of the set passes a tensor of the same shape and dtype and gets the same result. The
@@ -104,8 +107,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, ctx)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                      compression: type = Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors as one unit (one negotiation, fused, completed together).
 
     Takes the arguments of :func:`allreduce`, applied to every tensor. Differentiable for Sum and
@@ -152,7 +157,8 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         return (None, None) + tuple(_gather_backward(g, r, ctx.ps) for g, r in zip(grads, ctx.rows))
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates every rank's tensor along dimension 0, in rank order. Differentiable.
 
     The first dimensions may differ between ranks; the others and the dtype must agree. The backward
@@ -175,7 +181,8 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """:func:`allgather` of each tensor of a list, as one unit; returns the list of results. Differentiable."""
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
@@ -195,7 +202,8 @@ class HorovodBroadcast(torch.autograd.Function):
         return reduced, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Copies the root rank's tensor to every rank of the set, into a new tensor. Differentiable.
 
     The backward pass gives the root the output gradient averaged over the set and the other ranks
@@ -233,7 +241,8 @@ class HorovodAlltoall(torch.autograd.Function):
         return back, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall(tensor: torch.Tensor, splits: Union[None, Sequence[int], torch.Tensor] = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """Sends a slice of dimension 0 to each rank of the set and receives one from each. Differentiable.
 
     The backward pass sends the output gradient back along the received splits.
@@ -300,8 +309,9 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         return (None,) * 5 + tuple(_scatter_backward(g, *ctx.args) for g in grads)
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=_api.Average,
-                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: type = Compression.none,
+                  op: int = _api.Average, process_set: ProcessSet = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces ``tensor`` over the set and returns this rank's block of dimension 0. Differentiable.
 
     Set rank r gets ``dim0 // n`` rows, one more for the first ``dim0 % n`` ranks (n the set's size).
@@ -332,8 +342,10 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=_api.Avera
     return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=_api.Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression: type = Compression.none, op: int = _api.Average,
+                          process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
     """:func:`reducescatter` of each tensor of a list, as one unit; returns the list of this rank's blocks."""
     op = cv.check_op(_api.resolve_op(op, None))
     pairs = [compression.compress(t) for t in tensors]

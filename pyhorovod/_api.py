@@ -319,7 +319,11 @@ def _entry(handle: int) -> _Entry:
 
 
 def poll(handle: int) -> bool:
-    """True when synchronize(handle) would return without waiting."""
+    """Whether the asynchronous operation behind ``handle`` has completed.
+
+    Returns:
+        True when :func:`synchronize` would return (or raise) without waiting. Never blocks.
+    """
     entry = _entry(handle)
     engine = basics.engine()
     try:
@@ -331,9 +335,18 @@ def poll(handle: int) -> bool:
         raise mapped from e
 
 
-def synchronize(handle: int):
-    """Waits for the handle's requests and returns the op's result (the output array, a list for grouped
-    ops, a tuple (output, received_splits) for alltoall with splits). Raises the request's error."""
+def synchronize(handle: int) -> Any:
+    """Waits until the asynchronous operation behind ``handle`` has completed, and returns its result.
+
+    Returns:
+        What the synchronous form returns: the output (the input itself for in-place forms), a list
+        for grouped operations, ``(output, received_splits)`` for alltoall with splits.
+
+    Raises:
+        ValueError: an unknown handle, or one already synchronized.
+        HorovodTimeoutError: the request's deadline passed.
+        HorovodInternalError: the operation failed, or :func:`shutdown` cancelled it.
+    """
     entry = _entry(handle)
     engine = basics.engine()
     results, error = [], None

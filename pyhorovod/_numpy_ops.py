@@ -15,17 +15,41 @@ keyword. Every argument is checked before anything is enqueued: a bad one raises
 nothing is communicated.
 """
 import operator
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from pyhorovod import _api, _core, basics, process_sets
 from pyhorovod._api import Average, Op
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 
 _KIND_CODES = {("u", 1): _core.UINT8, ("i", 1): _core.INT8, ("i", 2): _core.INT16, ("i", 4): _core.INT32,
                ("i", 8): _core.INT64, ("f", 2): _core.FLOAT16, ("f", 4): _core.FLOAT32,
                ("f", 8): _core.FLOAT64, ("b", 1): _core.BOOL}
+
+
+# Argument and error descriptions that several collectives' docstrings share: _documented() puts them
+# where a docstring says {common_args} or {errors}, so help() and the API reference show the full text.
+_DOC_PARTS = {
+    "common_args": """name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all); this rank must be one of them.
+        dtype: the element type, for bit patterns of a type numpy lacks (``"bfloat16"``).
+        timeout: seconds before the request fails with HorovodTimeoutError (default
+            ``PYHOROVOD_TIMEOUT_SECONDS``).""",
+    "errors": """Raises:
+        ValueError: a bad argument (an unsupported dtype, a non-contiguous or, for in-place forms,
+            read-only buffer, a scale factor that is not whole on integers, Average on bool, ...),
+            raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).""",
+}
+
+
+def _documented(func):
+    for key, text in _DOC_PARTS.items():
+        if func.__doc__:  # None under python -OO
+            func.__doc__ = func.__doc__.replace("{" + key + "}", text)
+    return func
 
 
 def _as_array(tensor, what: str, writable: bool) -> np.ndarray:
@@ -128,14 +152,25 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, pos
     return _api.submit(ops, (arrs, outs), finalize)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set, dtype=None, timeout=None) -> int:
+def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                    timeout: Optional[float] = None) -> int:
+    """Starts :func:`allreduce` and returns at once.
+
+    Returns:
+        A handle: :func:`poll` says whether it is done, :func:`synchronize` waits and returns the new
+        array. Keep the input alive and unchanged until then.
+    """
     return _allreduce_async([tensor], False, False, average, name, op, prescale_factor, postscale_factor,
                             process_set, dtype, timeout)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set, dtype=None, timeout=None) -> int:
+def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                     timeout: Optional[float] = None) -> int:
+    """Starts :func:`allreduce_` (in place) and returns a handle; :func:`synchronize` returns ``tensor``."""
     return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
                             process_set, dtype, timeout)
 
@@ -171,51 +206,103 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
     return tensor if inplace else out
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=global_process_set, dtype=None, timeout=None):
-    """Reduction over all ranks of the set (default op: Average, as Horovod), into a new array. On integer
-    arrays Average is the sum divided by the set's size truncated toward zero (-11 / 2 gives -5), and
-    prescale_factor/postscale_factor must be whole numbers (else ValueError)."""
+@_documented
+def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+              op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+              timeout: Optional[float] = None) -> np.ndarray:
+    """Reduces a tensor over the ranks of the process set, into a new array.
+
+    Every rank of the set passes a tensor of the same shape and dtype; every rank gets the same result.
+    The input is left untouched.
+
+    Args:
+        tensor: a numpy array, or any C-contiguous buffer-protocol object (bytearray, array.array,
+            memoryview).
+        average: deprecated spelling of ``op`` (True: Average, False: Sum); give one or the other.
+        name: the request's name, the same on every rank; unnamed calls get automatic names
+            (``allreduce.noname.3``), which pair up when every rank makes the same sequence of calls.
+        op: :data:`Sum`, :data:`Average` (the default), :data:`Min`, :data:`Max`, :data:`Product` or
+            :data:`Adasum`.
+        prescale_factor: multiplies every rank's input before the reduction.
+        postscale_factor: multiplies the result. On integer tensors both must be whole numbers.
+        process_set: the ranks that take part (default: all); this rank must be one of them.
+        dtype: the element type, when the array's own says nothing or something else: ``"bfloat16"``
+            or ``"float16"`` for bit patterns held in a uint16 array. A pyhorovod addition.
+        timeout: seconds before the request fails with HorovodTimeoutError on every rank (default
+            ``PYHOROVOD_TIMEOUT_SECONDS``). A pyhorovod addition.
+
+    Returns:
+        A new numpy array of the input's shape and dtype holding the reduction. On integer tensors,
+        Average is the sum divided by the set's size, truncated toward zero (-11 over 2 ranks gives -5).
+
+    {errors}
+    """
     return _allreduce_sync(tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
                            dtype, timeout)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set, dtype=None, timeout=None):
+def allreduce_(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+               timeout: Optional[float] = None) -> Any:
+    """As :func:`allreduce`, writing the result into ``tensor`` (which must be writable).
+
+    Returns:
+        ``tensor`` itself, now holding the reduction.
+    """
     return _allreduce_sync(tensor, True, average, name, op, prescale_factor, postscale_factor, process_set,
                            dtype, timeout)
 
 
-def grouped_allreduce_async(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> int:
-    """One handle for a list of tensors reduced as one unit (fused together, completed together)."""
+def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = None, name: Optional[str] = None,
+                            op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                            timeout: Optional[float] = None) -> int:
+    """Starts :func:`grouped_allreduce` and returns one handle for the whole list."""
     return _allreduce_async(list(tensors), False, True, average, name, op, prescale_factor,
                             postscale_factor, process_set, dtype, timeout)
 
 
-def grouped_allreduce_async_(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set, dtype=None,
-                             timeout=None) -> int:
+def grouped_allreduce_async_(tensors: Sequence[Any], average: Optional[bool] = None, name: Optional[str] = None,
+                             op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set,
+                             dtype: Union[None, str, int, np.dtype] = None, timeout: Optional[float] = None) -> int:
+    """Starts :func:`grouped_allreduce_` (in place) and returns one handle for the whole list."""
     return _allreduce_async(list(tensors), True, True, average, name, op, prescale_factor,
                             postscale_factor, process_set, dtype, timeout)
 
 
-def grouped_allreduce(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> List:
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, name: Optional[str] = None,
+                      op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                      timeout: Optional[float] = None) -> List[np.ndarray]:
+    """Reduces a list of tensors as one unit: negotiated, fused and completed together.
+
+    Takes the keywords of :func:`allreduce`, applied to every tensor; the tensors may differ in shape
+    and dtype. A name, when given, is suffixed ``.0``, ``.1``, ... per tensor.
+
+    Returns:
+        A list of new arrays, one per input, in order.
+    """
     return _api.synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
                                                     postscale_factor, process_set, dtype, timeout))
 
 
-def grouped_allreduce_(tensors: Sequence, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set, dtype=None, timeout=None) -> List:
+def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None, name: Optional[str] = None,
+                       op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                       timeout: Optional[float] = None) -> List[Any]:
+    """As :func:`grouped_allreduce`, writing each result into its input; returns the inputs."""
     return _api.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                      postscale_factor, process_set, dtype, timeout))
 
 
 # ---------------------------------------------------------------- allgather, broadcast
 
-def allgather_async(tensor, name=None, process_set=global_process_set, dtype=None, timeout=None) -> int:
-    """Concatenation along dimension 0 of every rank's tensor (dim 0 may differ per rank)."""
+def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+                    dtype: Union[None, str, int, np.dtype] = None, timeout: Optional[float] = None) -> int:
+    """Starts :func:`allgather` and returns a handle; :func:`synchronize` returns the gathered array."""
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "allgather", writable=False)
     _at_least_1d(arr, "allgather")
@@ -225,7 +312,22 @@ def allgather_async(tensor, name=None, process_set=global_process_set, dtype=Non
     return _api.submit([op], arr, lambda rs: _from_result(rs[0], arr.dtype))
 
 
-def allgather(tensor, name=None, process_set=global_process_set, dtype=None, timeout=None):
+@_documented
+def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set,
+              dtype: Union[None, str, int, np.dtype] = None, timeout: Optional[float] = None) -> np.ndarray:
+    """Concatenates every rank's tensor along dimension 0, in rank order.
+
+    The ranks' first dimensions may differ; the other dimensions and the dtype must agree.
+
+    Args:
+        tensor: an array (or buffer) with at least one dimension.
+        {common_args}
+
+    Returns:
+        A new array whose first dimension is the sum of the ranks' first dimensions.
+
+    {errors}
+    """
     return _api.synchronize(allgather_async(tensor, name, process_set, dtype, timeout))
 
 
@@ -243,21 +345,45 @@ def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeo
     return _api.submit([op], (arr, out), lambda rs: result)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None) -> int:
+def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                    timeout: Optional[float] = None) -> int:
+    """Starts :func:`broadcast` and returns a handle; :func:`synchronize` returns the new array."""
     return _broadcast_async(tensor, root_rank, name, process_set, dtype, False, timeout)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None,
-                     timeout=None) -> int:
+def broadcast_async_(tensor: Any, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                     timeout: Optional[float] = None) -> int:
+    """Starts :func:`broadcast_` (in place) and returns a handle; :func:`synchronize` returns ``tensor``."""
     return _broadcast_async(tensor, root_rank, name, process_set, dtype, True, timeout)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None):
-    """root_rank's tensor, copied to every rank (a new array; the input is untouched)."""
+@_documented
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+              timeout: Optional[float] = None) -> np.ndarray:
+    """Copies the root rank's tensor to every rank of the process set, into a new array.
+
+    Args:
+        tensor: on the root, the data to send; elsewhere an array of the same shape and dtype (its
+            values are not read).
+        root_rank: the sending rank, a global rank (also on a process set, as in Horovod); a root
+            outside the set is a ValueError.
+        {common_args}
+
+    Returns:
+        A new array holding the root's values (on the root too); the input is untouched.
+
+    {errors}
+    """
     return _api.synchronize(broadcast_async(tensor, root_rank, name, process_set, dtype, timeout))
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set, dtype=None, timeout=None):
+def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+               timeout: Optional[float] = None) -> Any:
+    """As :func:`broadcast`, writing the root's values into ``tensor``; returns ``tensor``."""
     return _api.synchronize(broadcast_async_(tensor, root_rank, name, process_set, dtype, timeout))
 
 
@@ -283,10 +409,10 @@ def _check_splits(splits, rows: int, n: int) -> List[int]:
     return values
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set, dtype=None,
-                   timeout=None) -> int:
-    """Rows splits[r] of dimension 0 go to rank r (equal split when splits is None); the result is what
-    every rank sent to us, in rank order. With splits given, synchronize returns (output, received_splits)."""
+def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+                   timeout: Optional[float] = None) -> int:
+    """Starts :func:`alltoall` and returns a handle; :func:`synchronize` returns what alltoall returns."""
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "alltoall", writable=False)
     _at_least_1d(arr, "alltoall")
@@ -304,14 +430,32 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _api.submit([op], arr, finalize)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set, dtype=None, timeout=None):
+@_documented
+def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
+             timeout: Optional[float] = None) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+    """Sends a slice of dimension 0 to each rank of the set and receives one from each.
+
+    Args:
+        tensor: an array with at least one dimension.
+        splits: how many rows go to each set rank, in set-rank order (they must add up to the first
+            dimension). None: equal parts, which needs a first dimension divisible by the set's size.
+        {common_args}
+
+    Returns:
+        The rows received from every rank, concatenated in rank order. With ``splits`` given, a tuple
+        ``(output, received_splits)``, received_splits an int32 array of the rows from each rank.
+
+    {errors}
+    """
     return _api.synchronize(alltoall_async(tensor, splits, name, process_set, dtype, timeout))
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0, dtype=None, timeout=None) -> int:
-    """Reduces over the set, then set rank r keeps block r of dimension 0: dim0 // n rows, one more for
-    the first dim0 % n ranks (as Horovod). Default op: Average, as in horovod.torch."""
+def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Average,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0, dtype: Union[None, str, int, np.dtype] = None,
+                        timeout: Optional[float] = None) -> int:
+    """Starts :func:`reducescatter` and returns a handle; :func:`synchronize` returns this rank's block."""
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "reducescatter", writable=False)
     _at_least_1d(arr, "reducescatter")
@@ -327,8 +471,32 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return _api.submit([req], (arr, out), lambda rs: out)
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                  postscale_factor=1.0, dtype=None, timeout=None):
+@_documented
+def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
+                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0, dtype: Union[None, str, int, np.dtype] = None,
+                  timeout: Optional[float] = None) -> np.ndarray:
+    """Reduces a tensor over the process set, then gives each rank one block of the result.
+
+    Set rank r keeps block r of dimension 0: ``dim0 // n`` rows, one more for the first ``dim0 % n``
+    ranks (n the set's size), as Horovod splits.
+
+    Args:
+        tensor: an array with at least one dimension, the same shape on every rank.
+        name: the request's name, the same on every rank (automatic when None).
+        op: :data:`Sum`, :data:`Average` (the default), :data:`Min`, :data:`Max` or :data:`Product`
+            (not Adasum).
+        process_set: the ranks that take part (default: all).
+        prescale_factor: multiplies every rank's input before the reduction.
+        postscale_factor: multiplies the result.
+        dtype: the element type, for bit patterns of a type numpy lacks (``"bfloat16"``).
+        timeout: seconds before the request fails with HorovodTimeoutError.
+
+    Returns:
+        A new array: this rank's block of the reduction.
+
+    {errors}
+    """
     return _api.synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                 postscale_factor, dtype, timeout))
 

@@ -142,7 +142,11 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
 
 
 def shutdown() -> None:
-    """Stops the engine (pending handles fail). Safe to call when not initialized."""
+    """Leaves the job: stops the engine and closes its connections.
+
+    Handles still pending fail with HorovodInternalError. Harmless when not initialized; a later
+    :func:`init` starts afresh. Also runs at interpreter exit.
+    """
     with _state.lock:
         engine = _state.engine
         if engine is None:
@@ -270,26 +274,37 @@ def _info() -> _bootstrap.RankInfo:
 
 
 def rank() -> int:
+    """This process's rank in the job: 0 to size() - 1.
+
+    Raises:
+        ValueError: before :func:`init` (a process forked from an initialized rank keeps its parent's
+            answer, so that DataLoader workers can shard data by it).
+    """
     return _info().rank
 
 
 def size() -> int:
+    """The number of ranks in the job. Raises ValueError before :func:`init`, as :func:`rank`."""
     return _info().size
 
 
 def local_rank() -> int:
+    """This process's rank among the ranks on its host: 0 to local_size() - 1 (e.g. its GPU index)."""
     return _info().local_rank
 
 
 def local_size() -> int:
+    """The number of ranks on this process's host."""
     return _info().local_size
 
 
 def cross_rank() -> int:
+    """The index of this process's host among the hosts that run a rank with its local rank."""
     return _info().cross_rank
 
 
 def cross_size() -> int:
+    """The number of ranks that have this process's local rank (one per host on a homogeneous job)."""
     return _info().cross_size
 
 
@@ -299,5 +314,10 @@ def is_homogeneous() -> bool:
 
 
 def rank_source() -> str:
-    """Which environment the rank came from: pyhorovod, horovod, torchrun, openmpi, pmi, slurm, single."""
+    """Which launcher's variables gave this process its rank.
+
+    Returns:
+        One of ``"pyhorovod"``, ``"horovod"``, ``"torchrun"``, ``"openmpi"``, ``"pmi"``, ``"slurm"`` or
+        ``"single"`` (no launcher: a job of one process). pyhorovod's own addition.
+    """
     return _info().source

@@ -5,16 +5,33 @@ order, the same list on every rank), or dynamically with add_process_set() when
 HOROVOD_DYNAMIC_PROCESS_SETS=1 (collective over all ranks). The global set, id 0, is every rank.
 ps.rank() counts from 0 in ascending global-rank order; root_rank arguments are global ranks (as Horovod).
 """
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 from pyhorovod import _comm, basics
 from pyhorovod.errors import translated
 
 
 class ProcessSet:
+    """A subset of the job's ranks that runs collectives among themselves (``process_set=``).
+
+    A set is usable once registered: passed to ``init(process_sets=[...])`` (the same list on every
+    rank, ids 1, 2, ... in order), or added later with :func:`add_process_set` when dynamic sets are
+    on. Ranks inside the set count from 0 in ascending global-rank order, but ``root_rank`` arguments
+    stay global ranks, as in Horovod.
+
+    Args:
+        ranks: the job's ranks that form the set, or an mpi4py communicator (its members, mapped
+            through the communicator the job was made of: ``MPI_COMM_WORLD`` or ``init(comm=...)``'s).
+
+    Attributes:
+        ranks: the member ranks, sorted.
+        process_set_id: the id while registered (0 for the global set), else None.
+
+    Raises:
+        ValueError: ranks that repeat or are negative.
+    """
+
     def __init__(self, ranks: Sequence[int]):
-        """ranks: the job's ranks of the set, or an mpi4py communicator (its members, mapped through the
-        communicator the job was made of: MPI_COMM_WORLD, or init(comm=...)'s)."""
         self._comm = None
         if _comm.is_mpi_comm(ranks):
             self._comm = ranks
@@ -30,6 +47,7 @@ class ProcessSet:
         self.process_set_id = None
 
     def size(self) -> Optional[int]:
+        """The number of ranks in the set; None while the set is not registered."""
         return None if self.process_set_id is None else len(self.ranks)
 
     def rank(self) -> Optional[int]:
@@ -40,6 +58,7 @@ class ProcessSet:
         return self.ranks.index(me) if me in self.ranks else -1
 
     def included(self) -> Optional[bool]:
+        """Whether this process is a member; None while the set is not registered."""
         if self.process_set_id is None:
             return None
         return basics.rank() in self.ranks
@@ -94,8 +113,21 @@ def as_process_sets(items) -> List[ProcessSet]:
     return [p if isinstance(p, ProcessSet) else ProcessSet(p) for p in (items or [])]
 
 
-def add_process_set(process_set) -> ProcessSet:
-    """Registers a set (a ProcessSet or a list of ranks); collective over all ranks."""
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+    """Registers a process set after :func:`init`; every rank of the job must call it, in the same order.
+
+    Needs dynamic process sets: ``init(process_sets="dynamic")`` or ``HOROVOD_DYNAMIC_PROCESS_SETS=1``.
+
+    Args:
+        process_set: a :class:`ProcessSet`, or a list of ranks.
+
+    Returns:
+        The registered :class:`ProcessSet` (the one passed in, when it was one).
+
+    Raises:
+        ValueError: the set is already registered, empty, names a rank beyond the job, or dynamic
+            process sets are off.
+    """
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise ValueError(f"{ps} is already registered")
@@ -109,7 +141,11 @@ def add_process_set(process_set) -> ProcessSet:
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Unregisters a set added by add_process_set; collective over all ranks. False if not registered."""
+    """Unregisters a process set added by :func:`add_process_set`; every rank of the job must call it.
+
+    Returns:
+        True when the set was removed; False when it was not registered (or is the global set).
+    """
     if process_set.process_set_id in (None, 0):
         return False
     with translated():

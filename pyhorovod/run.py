@@ -1,8 +1,34 @@
-"""`pyhorovod.run` is two things, as in Horovod:
-  * the launcher module: `python -m pyhorovod.run -np 2 python train.py` (as `pyhorovod run`, `horovodrun`);
-  * a function: `pyhorovod.run(func, args=(), kwargs=None, np=2, ...)` runs func on every rank and returns
-    their results (pyhorovod/runner/function.py).
-Both hold because, once imported, this module's class is a ModuleType whose call is that function."""
+"""Runs a function on every rank of a new job and returns their results (Horovod's ``horovod.run``).
+
+``pyhorovod.run(func, args=(), kwargs=None, np=1, hosts=None, ...)`` starts ``np`` ranks (on this
+host, or on ``hosts``/``hostfile`` over ssh), calls ``func(*args, **kwargs)`` on each after ``init()``
+(so ``func`` need not call it), and returns the results. The function and the results travel pickled
+(cloudpickle when installed, so lambdas and functions of ``__main__`` work), at most 64 MiB each. The
+keywords are ``horovod.run``'s, e.g.::
+
+    results = pyhorovod.run(train, args=(config,), np=4)            # [rank 0's result, rank 1's, ...]
+
+Args:
+    func: the function to run on every rank.
+    args: its positional arguments.
+    kwargs: its keyword arguments.
+    np: the number of ranks.
+    hosts: ``"host1:2,host2:2"``, as the launcher's ``-H``; hostfile: a file of ``host slots=N`` lines.
+    start_timeout: seconds for every rank to reach the rendezvous.
+    executable: the Python that runs the ranks (default: this one).
+
+Returns:
+    The list of every rank's return value, in rank order.
+
+Raises:
+    ValueError: a func that is not callable, an np that is not a positive int, or the elastic keywords
+        (min_np, max_np, slots, reset_limit): elastic training is not available.
+    RuntimeError: a rank raised; the message carries that rank's traceback.
+
+``python -m pyhorovod.run -np 2 python train.py`` runs the launcher instead (as ``pyhorovod run``).
+"""
+# This module is both the launcher's entry point and the function: once imported, its class is a
+# ModuleType whose call is pyhorovod/runner/function.py's run().
 import inspect
 import sys
 import types

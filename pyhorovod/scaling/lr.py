@@ -16,12 +16,26 @@ Framework-free: the scheduler only touches `optimizer.param_groups[i]["lr"]`, so
 optimizer without this module importing torch.
 """
 import math
+from typing import Optional
 
 RULES = ("linear", "sqrt", "none")
 
 
-def scale_factor(rule="linear", base_batch=None, global_batch=None):
-    """The multiplier k (linear), sqrt(k) (sqrt) or 1 (none) for going from base_batch to global_batch."""
+def scale_factor(rule: Optional[str] = "linear", base_batch: Optional[float] = None,
+                 global_batch: Optional[float] = None) -> float:
+    """The LR multiplier of a scaling rule for going from ``base_batch`` to ``global_batch`` examples.
+
+    Args:
+        rule: ``"linear"`` (k = global_batch / base_batch), ``"sqrt"`` (sqrt(k)) or ``"none"`` / None (1).
+        base_batch: the batch the LR was tuned for.
+        global_batch: the examples of one optimizer step over all workers.
+
+    Returns:
+        The factor, a float.
+
+    Raises:
+        ValueError: an unknown rule, or a batch that is missing or not positive.
+    """
     if rule is None:
         rule = "none"
     if rule not in RULES:
@@ -37,10 +51,15 @@ def scale_factor(rule="linear", base_batch=None, global_batch=None):
     return k if rule == "linear" else math.sqrt(k)
 
 
-def scaled_lr(base_lr, rule="linear", base_batch=None, global_batch=None):
-    """The LR for `global_batch` examples per step, given `base_lr` tuned for `base_batch`.
+def scaled_lr(base_lr: float, rule: Optional[str] = "linear", base_batch: Optional[float] = None,
+              global_batch: Optional[float] = None) -> float:
+    """The LR for ``global_batch`` examples per step, given ``base_lr`` tuned for ``base_batch``.
 
-    scaled_lr(0.1, "linear", base_batch=256, global_batch=1024) == 0.4; "sqrt" gives 0.2.
+    ``scaled_lr(0.1, "linear", base_batch=256, global_batch=1024)`` is 0.4; with ``"sqrt"`` it is 0.2.
+    The rules are those of :func:`scale_factor`.
+
+    Raises:
+        ValueError: a negative base_lr, or what :func:`scale_factor` refuses.
     """
     if not isinstance(base_lr, (int, float)) or isinstance(base_lr, bool) or base_lr < 0:
         raise ValueError("base_lr must be a non-negative number, got %r" % (base_lr,))
@@ -82,7 +101,8 @@ def warmup_multiplier(step, factor, warmup_steps):
 class LinearWarmup:
     """Gradual linear warmup of every param group's LR from its base value to base x factor.
 
-    Usage (one call of .step() after each optimizer.step(), like a torch LR scheduler):
+    Usage (one call of .step() after each optimizer.step(), like a torch LR scheduler)::
+
         factor = scale_factor("linear", base_batch=64, global_batch=64 * hvd.size())
         warmup = LinearWarmup(optimizer, factor, warmup_epochs=5, steps_per_epoch=len(loader))
         for batch in loader: ...; optimizer.step(); warmup.step()
@@ -104,6 +124,7 @@ class LinearWarmup:
         self._apply()
 
     def multiplier(self, step=None):
+        """The LR multiplier at optimizer step ``step`` (default: the current one), from 1 to the factor."""
         return warmup_multiplier(self.last_step if step is None else step, self.factor, self.warmup_steps)
 
     def lr_at(self, step):
@@ -112,9 +133,11 @@ class LinearWarmup:
         return [base * m for base in self.base_lrs]
 
     def get_last_lr(self):
+        """The LRs the param groups hold now, one per group (as torch schedulers answer)."""
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def step(self):
+        """Advances to the next optimizer step and sets every param group's LR for it."""
         self.last_step += 1
         self._apply()
 
@@ -123,10 +146,12 @@ class LinearWarmup:
             group["lr"] = lr
 
     def state_dict(self):
+        """The scheduler's state (factor, warmup length, base LRs, current step), for checkpoints."""
         return {"factor": self.factor, "warmup_steps": self.warmup_steps, "base_lrs": list(self.base_lrs),
                 "last_step": self.last_step}
 
     def load_state_dict(self, state):
+        """Restores a :meth:`state_dict` and sets the param groups' LRs for its step."""
         self.factor = float(state["factor"])
         self.warmup_steps = int(state["warmup_steps"])
         self.base_lrs = list(state["base_lrs"])

@@ -1,5 +1,7 @@
 """pyhorovod.torch: a drop-in replacement for horovod.torch.
 
+Change only the import line of a Horovod script::
+
     import pyhorovod.torch as hvd          # instead of: import horovod.torch as hvd
     hvd.init()
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
@@ -7,10 +9,12 @@
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
 Same names, arguments, semantics and exception types as horovod.torch (HorovodInternalError for failed
-collectives, ValueError for bad arguments). What differs is documented where it differs; in short:
-op=Adasum runs on CPU tensors only (ValueError on CUDA tensors); SyncBatchNorm also works on CPU tensors; DistributedOptimizer can
-apply the linear/sqrt LR scaling rule with warmup itself (lr_scaling=, off by default) and measure the
-gradient noise scale (measure_noise_scale=); scaled_lr and LinearWarmup are exported here too.
+collectives, ValueError for bad arguments); Horovod's module paths exist too (pyhorovod.torch.mpi_ops,
+.compression, .functions, .sync_batch_norm). What differs is documented where it differs; in short:
+op=Adasum runs on CPU tensors only (ValueError on CUDA tensors) and at any number of ranks;
+SyncBatchNorm also works on CPU tensors; DistributedOptimizer can apply the linear/sqrt LR scaling rule
+with warmup itself (lr_scaling=, off by default) and measure the gradient noise scale
+(measure_noise_scale=); scaled_lr, scale_factor and LinearWarmup are exported here too.
 """
 from pyhorovod import (
     Adasum, Average, HorovodInternalError, HorovodTimeoutError, Max, Min, Product, ProcessSet, Sum,

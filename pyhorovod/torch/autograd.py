@@ -12,10 +12,12 @@ script ported from Horovod trains with the same gradients, e.g. the same effecti
 - alltoall: the output gradient sent back along the received splits (exact).
 - reducescatter: Horovod's choice is n * exact, see _scatter_backward.
 """
+from typing import List, Optional, Sequence, Tuple, Union
+
 import torch
 
 from pyhorovod import _api
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 from pyhorovod.torch.compression import Compression
@@ -69,11 +71,35 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None) + tuple(outs)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
-    """A new tensor holding the reduction of `tensor` over the ranks of the set (default op: Average).
-    `compression` is applied to the transfer (e.g. Compression.fp16). Differentiable. Integer tensors: Average
-    truncates toward zero, and the scale factors must be whole numbers (else ValueError)."""
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: type = Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces ``tensor`` over the ranks of the process set, into a new tensor. Differentiable.
+
+    Every rank of the set passes a tensor of the same shape and dtype and gets the same result. The
+    backward pass allreduces the output gradient with the same op and scale factors (Sum, Average); for
+    Min and Max the summed gradient goes to the ranks whose input equals the result, where Horovod
+    passes the gradient through unchanged.
+
+    Args:
+        tensor: a CPU tensor, or a CUDA tensor when the GPU backend is built.
+        average: deprecated spelling of ``op`` (DeprecationWarning); give one or the other.
+        name: the request's name, the same on every rank (automatic when None).
+        compression: applied around the transfer, e.g. :attr:`Compression.fp16`.
+        op: :data:`Sum`, :data:`Average` (the default), :data:`Min`, :data:`Max`, :data:`Product`, or
+            :data:`Adasum` (CPU float tensors only: ValueError on CUDA tensors).
+        prescale_factor: multiplies each rank's input before the reduction.
+        postscale_factor: multiplies the result. Both must be whole numbers on integer tensors.
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A new tensor holding the reduction. On integer tensors Average truncates toward zero.
+
+    Raises:
+        ValueError: a bad argument, raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).
+    """
     op = cv.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     out = HorovodAllreduce.apply(compressed, name, op, float(prescale_factor), float(postscale_factor),
@@ -81,9 +107,18 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(out, ctx)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """allreduce of a list of tensors as one unit (one negotiation, fused); returns a list."""
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                      compression: type = Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors as one unit (one negotiation, fused, completed together).
+
+    Takes the arguments of :func:`allreduce`, applied to every tensor. Differentiable for Sum and
+    Average.
+
+    Returns:
+        A list of new tensors, one per input, in order.
+    """
     op = cv.resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedAllreduce.apply(name, op, float(prescale_factor), float(postscale_factor),
@@ -122,12 +157,33 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         return (None, None) + tuple(_gather_backward(g, r, ctx.ps) for g, r in zip(grads, ctx.rows))
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenation along dimension 0 of every rank's tensor, in rank order. Differentiable."""
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Concatenates every rank's tensor along dimension 0, in rank order. Differentiable.
+
+    The first dimensions may differ between ranks; the others and the dtype must agree. The backward
+    pass gives each rank its rows of the output gradient averaged over the set (Horovod's choice: the
+    exact gradient of the sum of the ranks' losses divided by the set size).
+
+    Args:
+        tensor: a tensor with at least one dimension.
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A new tensor whose first dimension is the sum of the ranks' first dimensions.
+
+    Raises:
+        ValueError: a bad argument, raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).
+    """
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """:func:`allgather` of each tensor of a list, as one unit; returns the list of results. Differentiable."""
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -146,8 +202,27 @@ class HorovodBroadcast(torch.autograd.Function):
         return reduced, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """A new tensor holding root_rank's `tensor` (root_rank is a global rank). Differentiable."""
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Copies the root rank's tensor to every rank of the set, into a new tensor. Differentiable.
+
+    The backward pass gives the root the output gradient averaged over the set and the other ranks
+    zeros, as Horovod does.
+
+    Args:
+        tensor: on the root, the data; elsewhere a tensor of the same shape and dtype.
+        root_rank: the sending rank, a global rank (also on a process set, as in Horovod).
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A new tensor holding the root's values.
+
+    Raises:
+        ValueError: a bad argument, raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).
+    """
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
@@ -166,10 +241,28 @@ class HorovodAlltoall(torch.autograd.Function):
         return back, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends rows splits[r] of dimension 0 to set rank r (equal parts when splits is None) and returns
-    what every rank sent here, in rank order; with splits given, returns (output, received_splits).
-    Differentiable."""
+def alltoall(tensor: torch.Tensor, splits: Union[None, Sequence[int], torch.Tensor] = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Sends a slice of dimension 0 to each rank of the set and receives one from each. Differentiable.
+
+    The backward pass sends the output gradient back along the received splits.
+
+    Args:
+        tensor: a tensor with at least one dimension.
+        splits: rows per destination set rank (a list or an integer tensor adding up to dimension 0);
+            None: equal parts, which needs dimension 0 divisible by the set's size.
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        The rows every rank sent here, concatenated in rank order; with ``splits`` given, the tuple
+        ``(output, received_splits)``, received_splits an int32 tensor of the rows from each rank.
+
+    Raises:
+        ValueError: a bad argument, raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).
+    """
     out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, received)
 
@@ -216,9 +309,32 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         return (None,) * 5 + tuple(_scatter_backward(g, *ctx.args) for g in grads)
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=_api.Average,
-                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` over the set and returns this rank's block of dimension 0. Differentiable."""
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: type = Compression.none,
+                  op: int = _api.Average, process_set: ProcessSet = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduces ``tensor`` over the set and returns this rank's block of dimension 0. Differentiable.
+
+    Set rank r gets ``dim0 // n`` rows, one more for the first ``dim0 % n`` ranks (n the set's size).
+    The backward pass is Horovod's: the allgathered output gradient times the set size for Sum, and
+    undivided for Average.
+
+    Args:
+        tensor: a tensor with at least one dimension, the same shape on every rank.
+        name: the request's name, the same on every rank (automatic when None).
+        compression: applied around the transfer, e.g. :attr:`Compression.fp16`.
+        op: :data:`Sum`, :data:`Average` (the default), :data:`Min`, :data:`Max` or :data:`Product`.
+        process_set: the ranks that take part (default: all).
+        prescale_factor: multiplies each rank's input before the reduction.
+        postscale_factor: multiplies the result.
+
+    Returns:
+        A new tensor: this rank's block of the reduction.
+
+    Raises:
+        ValueError: a bad argument, raised on this rank before anything is sent.
+        HorovodTimeoutError: not every rank of the set submitted the request in time.
+        HorovodInternalError: the collective failed (a peer died, a connection broke).
+    """
     op = cv.check_op(_api.resolve_op(op, None))
     compressed, ctx = compression.compress(tensor)
     out = HorovodReducescatter.apply(compressed, name, op, process_set, float(prescale_factor),
@@ -226,8 +342,11 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=_api.Avera
     return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=_api.Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression: type = Compression.none, op: int = _api.Average,
+                          process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """:func:`reducescatter` of each tensor of a list, as one unit; returns the list of this rank's blocks."""
     op = cv.check_op(_api.resolve_op(op, None))
     pairs = [compression.compress(t) for t in tensors]
     outs = HorovodGroupedReducescatter.apply(name, op, process_set, float(prescale_factor),

@@ -13,12 +13,13 @@ leaves every rank's state fresh, and initialising a rank's empty state for the r
 not move its parameters (Horovod's zero-gradient step could, with weight decay).
 """
 import collections
+from typing import Any, Iterable, List, Mapping, Optional, Union
 
 import cloudpickle
 import torch
 
 from pyhorovod import basics
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 
@@ -27,9 +28,24 @@ _object_calls = {}
 basics.on_shutdown(_object_calls.clear)
 
 
-def broadcast_parameters(params, root_rank, process_set=global_process_set):
-    """Broadcasts tensors in place from root_rank: a state_dict / dict of name -> tensor, a list of
-    (name, tensor) pairs (model.named_parameters()) or a list of tensors."""
+def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable], root_rank: int,
+                         process_set: ProcessSet = global_process_set) -> None:
+    """Overwrites every rank's tensors, in place, with the root rank's.
+
+    Call it once after building the model (and after loading a checkpoint on the root) so that every
+    rank starts from the same weights.
+
+    Args:
+        params: a ``state_dict`` or other dict of name -> tensor (sent in sorted name order), a list of
+            ``(name, tensor)`` pairs such as ``model.named_parameters()``, or a list of tensors. The same
+            structure on every rank.
+        root_rank: the rank whose values win (a global rank).
+        process_set: the ranks that take part (default: all).
+
+    Raises:
+        ValueError: params of another type, an entry that is not a tensor, or a root outside the set.
+        HorovodInternalError: a broadcast failed.
+    """
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (list, tuple)) or hasattr(params, "__next__"):
@@ -97,11 +113,28 @@ def _init_empty_state(optimizer):
             p.copy_(data)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
-    """Makes every rank's optimizer state and hyperparameters equal to root_rank's (in place). On a rank
-    whose optimizer had no state yet, every parameter that requires a gradient is left with a zero .grad
-    (as Horovod). model= is Horovod's argument, accepted for its signature: the parameters are found
-    through the optimizer."""
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              model: Optional[torch.nn.Module] = None,
+                              process_set: ProcessSet = global_process_set) -> None:
+    """Makes every rank's optimizer state and hyperparameters (lr, momentum, ...) equal to the root's.
+
+    The state tensors (momentum buffers, Adam's moments) are broadcast in place. A rank whose optimizer
+    has no state yet (a fresh optimizer, while the root loaded a checkpoint) gets it created first, and
+    then every parameter that requires a gradient is left with a zero ``.grad``, as with Horovod; unlike
+    Horovod's, creating that state does not move the parameters. Scalar hyperparameters travel as
+    float64 (Horovod rounds them through float32).
+
+    Args:
+        optimizer: a torch optimizer, plain or wrapped by :func:`DistributedOptimizer`.
+        root_rank: the rank whose state wins (a global rank).
+        model: accepted for Horovod's signature and unused: the parameters are found through the
+            optimizer.
+        process_set: the ranks that take part (default: all).
+
+    Raises:
+        ValueError: ``torch.optim.LBFGS`` (whose state cannot be broadcast), a model that is not a
+            ``torch.nn.Module``, or a root outside the set.
+    """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if model is not None and not isinstance(model, torch.nn.Module):
@@ -190,9 +223,22 @@ def _unpickle(data: bytes):
     return cloudpickle.loads(data)
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` (root_rank: a global rank of the set) on every rank of the set; only the
-    root serializes it (cloudpickle), the root gets `obj` itself back."""
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """Sends any picklable Python object from the root rank to every rank of the set.
+
+    Only the root serializes (with cloudpickle, so lambdas and classes defined inside functions
+    travel); the other ranks' ``obj`` is ignored.
+
+    Args:
+        obj: the object, on the root.
+        root_rank: the sending rank (a global rank).
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        The root's object: on the root ``obj`` itself, elsewhere an unpickled copy.
+    """
     ps = cv.process_set(process_set)
     cv.set_root(root_rank, ps)
     name = _object_name(name, "broadcast_object", ps)
@@ -206,9 +252,19 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return obj if is_root else _unpickle(payload.numpy().tobytes())
 
 
-def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every set rank's `obj`, in set-rank order, each serialized by its owner
-    (cloudpickle) and deserialized here, this rank's own entry too (a copy, as in Horovod)."""
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Collects a picklable Python object from every rank of the set.
+
+    Args:
+        obj: this rank's object (serialized with cloudpickle).
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        The list of every set rank's object, in set-rank order; this rank's own entry is a copy too, as
+        in Horovod.
+    """
     ps = cv.process_set(process_set)
     name = _object_name(name, "allgather_object", ps)
     payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)

@@ -9,11 +9,13 @@ Semantics follow horovod.torch; what differs is said where it happens:
 The differentiable out-of-place forms (allreduce, allgather, broadcast, alltoall, reducescatter and their
 grouped forms) live in pyhorovod/torch/autograd.py.
 """
+from typing import Callable, List, Optional, Sequence, Tuple, Union
+
 import torch
 
 from pyhorovod import _api, _core
 from pyhorovod._api import Op
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 
 poll = _api.poll
@@ -69,16 +71,28 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_fact
     return _api.submit(ops + list(extra_ops), (tensors, inputs, outputs), finalize)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set):
-    """Starts a reduction of `tensor` over the ranks of the set into a new tensor; returns a handle."""
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts a reduction of ``tensor`` over the ranks of the set, into a new tensor, and returns at once.
+
+    Takes the arguments of :func:`allreduce` except ``compression``; not differentiable.
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns the new tensor.
+    """
     return _allreduce_async([tensor], False, False, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set):
-    """As allreduce_async, writing the result into `tensor`."""
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """As :func:`allreduce_async`, writing the result into ``tensor``.
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns ``tensor``.
+    """
     return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
@@ -92,28 +106,52 @@ def allreduce_tapped_async_(tensors, sumsq, grouped, name, op, prescale_factor, 
                             process_set, sumsq, extra_ops)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set):
-    """In-place allreduce (not differentiable, as in Horovod); returns `tensor`."""
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces ``tensor`` over the ranks of the set in place (not differentiable, as in Horovod).
+
+    Takes the arguments of :func:`allreduce` except ``compression``. A non-contiguous tensor is reduced
+    through a contiguous copy that is written back.
+
+    Returns:
+        ``tensor``, now holding the reduction.
+    """
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
                                         process_set))
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
-    """One handle for a list of tensors reduced as one unit; synchronize() returns a list."""
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
+    """Starts a reduction of a list of tensors as one unit (negotiated, fused and completed together).
+
+    Returns:
+        One handle; :func:`synchronize` returns the list of new tensors, in order.
+
+    Raises:
+        ValueError: an empty list, or any bad argument :func:`allreduce` refuses.
+    """
     return _allreduce_async(tensors, False, True, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
+    """As :func:`grouped_allreduce_async`, writing each result into its tensor.
+
+    Returns:
+        One handle; :func:`synchronize` returns the list of the input tensors.
+    """
     return _allreduce_async(tensors, True, True, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                       op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors in place as one unit (not differentiable); returns the list of inputs."""
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
@@ -143,12 +181,23 @@ def _allgather_async(tensors, grouped, name, process_set):
     return _api.submit(ops, inputs, finalize)
 
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
-    """Starts the concatenation along dimension 0 of every rank's tensor (dim 0 may differ per rank)."""
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts the concatenation along dimension 0 of every rank's tensor (dim 0 may differ per rank).
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns the gathered tensor.
+    """
     return _allgather_async([tensor], False, name, process_set)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts an allgather of each tensor of a list, as one unit.
+
+    Returns:
+        One handle; :func:`synchronize` returns the list of gathered tensors, in order.
+    """
     return _allgather_async(tensors, True, name, process_set)
 
 
@@ -178,17 +227,39 @@ def _broadcast_async(tensor, root_rank, name, process_set, inplace):
     return _api.submit([op], (tensor, x, out), finalize)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    """Starts copying root_rank's tensor (a global rank) to every rank of the set, into a new tensor."""
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts copying the root's ``tensor`` to every rank of the set, into a new tensor.
+
+    Args:
+        tensor: on the root, the data; elsewhere a tensor of the same shape and dtype.
+        root_rank: the sending rank, a global rank (also on a process set).
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns the new tensor.
+    """
     return _broadcast_async(tensor, root_rank, name, process_set, False)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """As :func:`broadcast_async`, writing the root's values into ``tensor``.
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns ``tensor``.
+    """
     return _broadcast_async(tensor, root_rank, name, process_set, True)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast (not differentiable, as in Horovod); returns `tensor`."""
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Overwrites ``tensor`` with the root's values, in place (not differentiable, as in Horovod).
+
+    Returns:
+        ``tensor``.
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -215,9 +286,22 @@ def _splits_list(splits, rows, n):
     return values
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Rows splits[r] of dimension 0 go to set rank r (equal split when splits is None). synchronize()
-    returns (output, received_splits), received_splits an int32 tensor of rows received from each rank."""
+def alltoall_async(tensor: torch.Tensor, splits: Union[None, Sequence[int], torch.Tensor] = None,
+                   name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> int:
+    """Starts :func:`alltoall`: rows ``splits[r]`` of dimension 0 go to set rank r.
+
+    Args:
+        tensor: a tensor with at least one dimension.
+        splits: rows per destination rank (a list or an integer tensor, adding up to dimension 0); None:
+            equal parts.
+        name: the request's name, the same on every rank (automatic when None).
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns
+        ``(output, received_splits)``, received_splits an int32 tensor of the rows received from each
+        rank.
+    """
     ps = cv.process_set(process_set)
     code = cv.check_tensor(tensor, "alltoall")
     cv.at_least_1d(tensor, "alltoall")
@@ -273,23 +357,52 @@ def _reducescatter_async(tensors, grouped, name, op, process_set, prescale_facto
     return _api.submit(ops, (inputs, outputs), lambda rs: list(outputs) if grouped else outputs[0])
 
 
-def reducescatter_async(tensor, name=None, op=_api.Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over the set; set rank r receives block r of dimension 0 (see _reducescatter_async)."""
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = _api.Average,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Starts :func:`reducescatter`: a reduction over the set, of which set rank r keeps block r.
+
+    Set rank r receives ``dim0 // n`` rows of dimension 0, one more for the first ``dim0 % n`` ranks.
+
+    Returns:
+        A handle for :func:`poll` and :func:`synchronize`; synchronize returns this rank's block.
+    """
     return _reducescatter_async([tensor], False, name, op, process_set, prescale_factor, postscale_factor)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=_api.Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None, op: int = _api.Average,
+                                process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter of each tensor of a list, as one unit.
+
+    Returns:
+        One handle; :func:`synchronize` returns the list of this rank's blocks, in order.
+    """
     return _reducescatter_async(tensors, True, name, op, process_set, prescale_factor, postscale_factor)
 
 
 # ---------------------------------------------------------------- sparse (used by DistributedOptimizer)
 
-def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Allreduce of a sparse COO tensor by allgathering its indices and values (duplicates are summed
-    when the result is coalesced). Returns a callable that waits and returns the reduced sparse tensor,
-    as horovod.torch does."""
+def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str], op: int,
+                           process_set: ProcessSet = global_process_set) -> Callable[[], torch.Tensor]:
+    """Starts an allreduce of a sparse COO tensor, by allgathering its indices and values.
+
+    Used by :func:`DistributedOptimizer` for sparse gradients (unless ``sparse_as_dense=True``).
+    Duplicate indices are summed when the result is coalesced.
+
+    Args:
+        tensor: a sparse COO tensor, the same dense size on every rank.
+        name: the base name of the two allgathers.
+        op: :data:`Average` or :data:`Sum`.
+        process_set: the ranks that take part (default: all).
+
+    Returns:
+        A function without arguments that waits and returns the reduced, coalesced sparse tensor (a
+        callable, not a handle, as in Horovod).
+
+    Raises:
+        ValueError: another op.
+    """
     if op not in (_api.Average, _api.Sum):
         raise ValueError("sparse allreduce supports only op=Average or Sum")
     ps = cv.process_set(process_set)
@@ -311,12 +424,27 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # ---------------------------------------------------------------- barrier, join
 
-def barrier(process_set=global_process_set):
-    """Blocks until every rank of the set has reached it."""
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Blocks until every rank of the process set has called it.
+
+    Raises:
+        HorovodTimeoutError: not every rank arrived within ``PYHOROVOD_TIMEOUT_SECONDS``.
+        HorovodInternalError: a peer failed.
+    """
     _api.barrier(cv.process_set(process_set).process_set_id)
 
 
-def join(device=-1):
-    """Signals that this rank has no more data (uneven inputs: later allreduces of the others see zeros
-    from it); returns the rank that joined last."""
+def join(device: int = -1) -> int:
+    """Tells the other ranks that this one has no more data (uneven inputs), and waits for all of them.
+
+    Until every rank has joined, the others' allreduces (including DistributedOptimizer's) go on and a
+    joined rank contributes the op's identity: zeros for Sum and Average (which still divides by the
+    set's full size), so Min, Max and Product stay right too (Horovod contributes zeros for every op).
+
+    Args:
+        device: accepted for Horovod's signature; unused.
+
+    Returns:
+        The rank that joined last.
+    """
     return _api.join(device)

@@ -14,11 +14,12 @@ Beyond Horovod (all off by default, so Horovod scripts behave the same):
 """
 import warnings
 from contextlib import contextmanager
+from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
 from pyhorovod import _api, basics
-from pyhorovod.process_sets import global_process_set
+from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 from pyhorovod.torch.compression import Compression
@@ -350,15 +351,89 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return None if self._noise_tap is None else self._noise_tap.estimator
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=_api.Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set,
-                         lr_scaling=None, base_batch_size=None, batch_size=None, warmup_steps=None,
-                         warmup_epochs=None, steps_per_epoch=None, measure_noise_scale=False):
-    """Wraps `optimizer` so that step() uses gradients averaged over the ranks of `process_set`.
-    Arguments as horovod.torch.DistributedOptimizer, plus the LR scaling and noise-scale options above
-    (batch_size: the local batch of one backward pass). op=Adasum reduces each step's parameter change
-    instead (pyhorovod/torch/adasum_optimizer.py)."""
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                         compression: type = Compression.none, backward_passes_per_step: int = 1,
+                         op: int = _api.Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Union[None, int, List[List[torch.Tensor]]] = None, sparse_as_dense: bool = False,
+                         process_set: ProcessSet = global_process_set, lr_scaling: Optional[str] = None,
+                         base_batch_size: Optional[int] = None, batch_size: Optional[int] = None,
+                         warmup_steps: Optional[int] = None, warmup_epochs: Optional[float] = None,
+                         steps_per_epoch: Optional[int] = None,
+                         measure_noise_scale: Union[bool, str] = False) -> torch.optim.Optimizer:
+    """Wraps a torch optimizer so that each ``step()`` uses gradients averaged over the ranks.
+
+    While ``backward()`` runs, a hook on every parameter starts that gradient's allreduce as soon as it
+    has been accumulated, so communication overlaps the rest of the backward pass. ``step()`` waits for
+    them all, writes the reduced gradients into ``p.grad`` and runs the wrapped optimizer's update. As
+    with Horovod, the result is an instance of a subclass of the optimizer's own class, sharing its
+    ``param_groups``; it adds these methods:
+
+    - ``synchronize()``: wait for the allreduces now (e.g. to clip gradients before the update), then
+      call ``step()`` inside ``with optimizer.skip_synchronize():``.
+    - ``set_backward_passes_per_step(n)``.
+    - ``applied_lr()``: the LR of each param group that the last step used (after ``lr_scaling``), and
+      the ``lr_step`` property: the steps counted by the warmup (kept in ``state_dict()``).
+    - ``noise_scale_report()`` and the ``noise_scale_estimator`` property (``measure_noise_scale``).
+
+    ``zero_grad()`` between ``backward()`` and ``step()`` raises AssertionError, as with Horovod, because
+    allreduces may still be writing the gradients. A failed step (HorovodInternalError from a peer)
+    leaves the parameters untouched.
+
+    Args:
+        optimizer: the torch optimizer to wrap.
+        named_parameters: ``model.named_parameters()``: names the allreduce requests (recommended: the
+            same on every rank). Without it, names are made from the parameters' positions.
+        compression: :attr:`Compression.none` (default) or :attr:`Compression.fp16` (floating-point
+            gradients travel as float16).
+        backward_passes_per_step: local backward passes accumulated before each allreduce.
+        op: :data:`Average` (default), :data:`Sum`, or :data:`Adasum`: then each rank runs the wrapped
+            optimizer's step on its own gradients and the parameter changes are combined with Adasum
+            (CPU tensors only; the allreduce runs in ``step()``, after backward).
+        gradient_predivide_factor: with Average, divide the gradients by this before the sum and by
+            size / factor after it (less overflow in float16); other ops refuse a factor other than 1.
+        num_groups: deprecated spelling of an integer ``groups`` (DeprecationWarning).
+        groups: reduce parameters together as one unit: an integer n (the parameters split into n groups
+            in order) or a list of lists of parameters (the rest go one by one).
+        sparse_as_dense: send sparse gradients as dense tensors instead of by allgather.
+        process_set: the ranks that average their gradients (default: all); ranks outside it take local
+            steps.
+        lr_scaling: pyhorovod's addition, off by default. ``"linear"`` or ``"sqrt"``: during each step the
+            optimizer multiplies every param group's LR by the rule's factor k or sqrt(k), k = global
+            batch / ``base_batch_size``, reached by linear warmup from the unscaled LR; the group's LR
+            is restored after the step, so an LR scheduler keeps working on the unscaled LR and a
+            script that scales the LR itself is not scaled twice. Rank 0 logs the applied LR at the
+            first step, at each quarter of the warmup and when the target is reached. ``"adascale"``
+            (needs ``measure_noise_scale``) multiplies the LR by the AdaScale gain computed from the
+            noise-scale estimates.
+        base_batch_size: the global batch the LR was tuned for. Without it, the LR is taken to be tuned
+            for one rank's batch, so k = ranks x ``backward_passes_per_step``.
+        batch_size: the local batch of one backward pass on one rank; needed with
+            ``base_batch_size`` and with ``measure_noise_scale``. The global batch is
+            batch_size x backward_passes_per_step x ranks of the set.
+        warmup_steps: optimizer steps of the warmup (default 0: the scaled LR from the first step).
+        warmup_epochs: the warmup in epochs (may be fractional), with ``steps_per_epoch``.
+        steps_per_epoch: optimizer steps in one epoch.
+        measure_noise_scale: pyhorovod's addition, off by default. True: measure the gradient noise
+            scale B_simple = tr(Sigma) / abs(G)^2 during training, from each rank's squared gradient
+            norm before the allreduce and the squared norm of the averaged gradient after it (one extra
+            float per step, in the same fused allreduce). ``"per_group"`` also measures each param
+            group. Read the result with ``noise_scale_report()``: a dict with ``b_simple``,
+            ``grad_sq``, ``trace_sigma``, ``b_small``, ``b_big``, ``step`` and, once step times are
+            known, the advisor's critical-batch estimate and recommended batch (None before the first
+            step). Rank 0 prints a summary every ``PYHOROVOD_NOISE_SCALE_LOG_EVERY`` measured steps.
+
+    Returns:
+        The wrapped optimizer (an instance of a subclass of ``type(optimizer)``).
+
+    Raises:
+        ValueError: ``named_parameters`` that are not (name, tensor) pairs, repeat a name or leave out
+            a parameter of the optimizer; an unsupported op, a predivide factor with an op other than Average, malformed
+            ``groups``, ``backward_passes_per_step`` below 1, an unregistered process set, ``lr_scaling``
+            options that do not fit together (warmup or base batch without a rule, base batch without
+            ``batch_size``, ``"adascale"`` without ``measure_noise_scale``), or ``lr_scaling`` /
+            ``measure_noise_scale`` with op=Adasum.
+    """
     from pyhorovod.torch._lr_policy import LrPolicy
     from pyhorovod.torch.noise_tap import NoiseScaleTap
 

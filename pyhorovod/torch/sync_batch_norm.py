@@ -93,8 +93,25 @@ class _SyncBatchNormFn(torch.autograd.Function):
 
 
 class SyncBatchNorm(_BatchNorm):
-    """Drop-in for torch.nn.BatchNorm{1,2,3}d (input [N, C, *]) whose training-mode statistics span all
-    ranks of `process_set`. Evaluation mode, or a single rank, is plain batch norm."""
+    """Batch normalisation whose training-mode statistics cover the batches of every rank of the set.
+
+    A drop-in for ``torch.nn.BatchNorm1d``, ``2d`` and ``3d`` (input ``[N, C, *]``): in training mode
+    the mean and variance of each channel are computed over the inputs of all ranks of ``process_set``
+    (the ranks may have different batch sizes), and the backward pass reduces the gradient statistics the
+    same way. Evaluation mode, or a set of one rank, is plain batch norm. Unlike Horovod's, it also works
+    on CPU tensors.
+
+    Args:
+        num_features: the number of channels C.
+        eps: added to the variance for numerical stability.
+        momentum: the running statistics' update factor.
+        affine: learn a per-channel scale and shift.
+        track_running_stats: keep running mean and variance for evaluation mode.
+        process_set: the ranks whose batches the statistics cover (default: all).
+
+    Raises:
+        ValueError: an input with fewer than 2 dimensions.
+    """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
                  process_set=global_process_set):

@@ -1,7 +1,8 @@
 # Developer shortcuts. `make build` compiles the extension in place (pyhorovod/_core*.so) using
-# BUILD_DIR, so that several checkouts or helpers can build side by side.
+# BUILD_DIR, so that several checkouts or helpers can build side by side. Its default is the folder
+# `pip install -e .` builds in (setup.py: one per interpreter), so the two share one build.
 PYTHON ?= python3
-BUILD_DIR ?= build/cmake
+BUILD_DIR ?= build/cmake-$(shell $(PYTHON) -c "import sys, sysconfig; print(sys.implementation.cache_tag + '-' + sysconfig.get_platform())")
 JOBS ?= 2
 
 .PHONY: build test cxx-test py-test demo allreduce-demo clean

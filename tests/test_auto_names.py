@@ -194,6 +194,7 @@ def restart_counts_again():
     if rank == 0:
         for _ in range(3):
             hvd.allgather_async(np.zeros(1, np.int32))  # never made by rank 1: failed by shutdown()
+    hvd.barrier()  # rank 1 shuts down (which stops every rank) only after rank 0's submissions
     hvd.shutdown()
     hvd.init()
     return [hvd.allgather(np.full(1, rank + i, np.int32), timeout=20).tolist() for i in range(2)]

@@ -90,6 +90,7 @@ _auto_names: Dict[Tuple[int, int], int] = {}
 # name, "<op>.noname.sync": the response cache then knows it from the second call on (a fresh counter
 # name is a cache miss every time: 61-93 us instead of 27-48 us for one float at 4 ranks).
 _sync_names_busy: Dict[Tuple[int, int], int] = {}   # key -> thread holding the synchronous name
+_sync_names: Dict[Tuple[int, int], str] = {}        # key -> that name, formatted once
 # Handles with unnamed requests, by the thread that submitted them (until synchronize): handle -> the
 # (op type, process set) counters its names came from.
 _unnamed_by_thread: Dict[int, Dict[int, frozenset]] = {}
@@ -242,13 +243,27 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
 
 
 def _claim_sync_name(op_type: int, process_set: int):
-    """(name, key to release): the reusable synchronous name (after _claim_unnamed's check)."""
+    """(name, key to release): the reusable synchronous name. The usual case (no other thread has an
+    unnamed request running) costs one lock and two dict look-ups; otherwise _claim_unnamed decides."""
     key = (op_type, process_set)
+    me = threading.get_ident()
+    with _lock:
+        if _sync_names_busy.get(key, me) == me and all(t == me for t in _unnamed_by_thread):
+            _sync_names_busy[key] = me
+            return _sync_name(key), key
     _claim_unnamed(basics.engine(), (key,))
     with _lock:
-        _sync_names_busy[key] = threading.get_ident()
-    where = f".ps{process_set}" if process_set else ""
-    return f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname.sync", key
+        _sync_names_busy[key] = me
+    return _sync_name(key), key
+
+
+def _sync_name(key: Tuple[int, int]) -> str:
+    name = _sync_names.get(key)
+    if name is None:
+        op_type, process_set = key
+        where = f".ps{process_set}" if process_set else ""
+        name = _sync_names[key] = f"{OP_TYPE_NAMES.get(op_type, 'op')}{where}.noname.sync"
+    return name
 
 
 def _claim_unnamed(engine, keys) -> None:

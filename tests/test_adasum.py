@@ -137,6 +137,7 @@ def body_process_set():
     outs = hvd.grouped_allreduce([x.copy() for x in inputs[members.index(r)]], op=hvd.Adasum, process_set=ps)
     for t, out in enumerate(outs):
         check_close(out, adasum_tree([x[t] for x in inputs], "float64"), "float64", f"process set {members} t={t}")
+    hvd.barrier()  # a rank's shutdown stops every rank: wait until both sets are done
     hvd.shutdown()
     return len(outs)
 

@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional
 
 from pyhorovod import _bootstrap, _comm, _inert_env, _logging, _rendezvous
 from pyhorovod._config import Config
+from pyhorovod.elastic import _membership
 from pyhorovod.errors import translated
 
 log = logging.getLogger("pyhorovod")
@@ -111,11 +112,19 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
                     info, config, env, mpi_comm=mpi_comm, port_offset=0 if members is None else members[0])
         gen = _state.generation.get(job, 0)
         _state.generation[job] = gen + 1
+        gen_tag = f"{job}g{gen}"
+        if comm is None and _membership.is_elastic(env):
+            # The elastic driver gives this worker its place; its generation number names the keys.
+            with translated():
+                a = _membership.next_assignment(rdv.host, rdv.port, rdv.secret, config.connect_timeout_s, env)
+            info = _bootstrap.RankInfo(a.rank, a.size, a.local_rank, a.local_size, a.cross_rank, a.cross_size,
+                                       source="elastic", homogeneous=a.homogeneous)
+            gen_tag = f"e{a.gen}"
         with translated():
             if not (info.is_complete() and info.homogeneous is not None):
                 from pyhorovod import _core
                 store = _core.TcpStore(rdv.host, rdv.port, rdv.secret, config.connect_timeout_s)
-                info = _bootstrap.exchange_topology(info, store, f"pyhvd/{job}g{gen}/topology",
+                info = _bootstrap.exchange_topology(info, store, f"pyhvd/{gen_tag}/topology",
                                                     _bootstrap.hostname(config.hostname),
                                                     config.connect_timeout_s)
             bind = _rendezvous.bind_address(info.local_size, info.size, config.iface, rdv.host, rdv.port)
@@ -123,7 +132,7 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
             opts = config.engine_options(
                 rank=info.rank, size=info.size, local_rank=info.local_rank, local_size=info.local_size,
                 cross_rank=info.cross_rank, cross_size=info.cross_size, store_host=rdv.host,
-                store_port=rdv.port, secret=rdv.secret, bind_host=bind, store_prefix=f"phv/{job}g{gen}",
+                store_port=rdv.port, secret=rdv.secret, bind_host=bind, store_prefix=f"phv/{gen_tag}",
                 process_sets=sets)
             from pyhorovod import _core
             engine = _core.Engine(opts)

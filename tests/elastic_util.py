@@ -5,6 +5,7 @@ without hosts, discovery or blacklists (the launcher's own tests use the real dr
     driver.start()
     driver.wait_for(lambda: ...)      # e.g. a worker's progress file
     driver.kill(1)                    # SIGKILL worker 1
+    driver.add_worker()               # a fourth worker (publish_hosts() makes the others reset for it)
     results = driver.finish()         # mp.RankResult per worker, in worker order
 
 It hosts the store, starts each worker as mp.py's harness starts a rank (a module-level function run in a
@@ -47,21 +48,32 @@ class TinyDriver:
         self.error: Optional[BaseException] = None
 
     def start(self) -> None:
-        collective_s = f"{max(10.0, self.timeout * 0.3):g}"
-        for i, wid in enumerate(self.ids):
-            env = {"PYHOROVOD_ELASTIC": "1", "PYHOROVOD_WORKER_ID": wid, "PYHOROVOD_STORE_ADDR": "127.0.0.1",
-                   "PYHOROVOD_STORE_PORT": str(self.server.port), "PYHOROVOD_SECRET": self.secret,
-                   "PYHOROVOD_TIMEOUT_SECONDS": collective_s, "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": collective_s,
-                   "HOROVOD_ELASTIC_TIMEOUT": collective_s,
-                   "PYHVD_TEST_DUMP_AFTER": f"{max(1.0, self.timeout - 2):g}", **self.extra_env}
-            paths = [os.path.join(self.tmp, f"{i}.{x}") for x in ("out", "err", "json")]
-            out, err = open(paths[0], "w"), open(paths[1], "w")
-            self.files.append((out, err, *paths))
-            argv = mp._target_argv(self.target, self.args, paths[2])
-            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=err, env=mp.clean_env(env), cwd=mp.ROOT,
-                                               start_new_session=True))
+        for i in range(len(self.ids)):
+            self._spawn(i)
         self._deadline = time.monotonic() + self.timeout
         self._thread.start()
+
+    def add_worker(self) -> int:
+        """Starts one more worker (it asks for a place at its init); returns its index."""
+        wid = f"w{len(self.ids)}"
+        self.answered[wid] = -1
+        self.ids.append(wid)
+        self._spawn(len(self.ids) - 1)
+        return len(self.ids) - 1
+
+    def _spawn(self, i: int) -> None:
+        collective_s = f"{max(10.0, self.timeout * 0.3):g}"
+        env = {"PYHOROVOD_ELASTIC": "1", "PYHOROVOD_WORKER_ID": self.ids[i], "PYHOROVOD_STORE_ADDR": "127.0.0.1",
+               "PYHOROVOD_STORE_PORT": str(self.server.port), "PYHOROVOD_SECRET": self.secret,
+               "PYHOROVOD_TIMEOUT_SECONDS": collective_s, "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": collective_s,
+               "HOROVOD_ELASTIC_TIMEOUT": collective_s,
+               "PYHVD_TEST_DUMP_AFTER": f"{max(1.0, self.timeout - 2):g}", **self.extra_env}
+        paths = [os.path.join(self.tmp, f"{i}.{x}") for x in ("out", "err", "json")]
+        out, err = open(paths[0], "w"), open(paths[1], "w")
+        self.files.append((out, err, *paths))
+        argv = mp._target_argv(self.target, self.args, paths[2])
+        self.procs.append(subprocess.Popen(argv, stdout=out, stderr=err, env=mp.clean_env(env), cwd=mp.ROOT,
+                                           start_new_session=True))
 
     def _live(self) -> List[int]:
         return [i for i, p in enumerate(self.procs) if p.poll() is None]

@@ -34,8 +34,8 @@ def training_body(out_dir, commit_every, pause_s):
     hvd.init()
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                   named_parameters=model.named_parameters(), lr_scaling="linear")
     sampler = hvd.elastic.ElasticSampler(list(range(DATASET)), shuffle=True, seed=3)
     state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, commits=0, epochs_done={})
     state.register_reset_callbacks([lambda: log("reset")])
@@ -76,6 +76,7 @@ def training_body(out_dir, commit_every, pause_s):
             state.epochs_done[str(state.epoch)] = sorted(state.sampler.committed)
         commit()
         return {"params": [p.detach().tolist() for p in model.parameters()], "rank": hvd.rank(),
+                "lr": opt.applied_lr(),
                 "size": hvd.size(), "epochs_done": state.epochs_done, "commits": state.commits}
 
     return train(state)
@@ -113,6 +114,9 @@ def test_a_killed_worker_leaves_two_that_reform_and_finish_alike(tmp_path):
     assert survivors[0]["params"] == survivors[1]["params"]
     assert [v["rank"] for v in survivors] == [0, 1] and all(v["size"] == 2 for v in survivors)
     assert survivors[0]["commits"] == survivors[1]["commits"]
+    # lr_scaling="linear" follows the job: 2 workers at the end, and rank 0 said so once.
+    assert all(v["lr"] == [pytest.approx(0.02)] for v in survivors)
+    assert results[0].stderr.count("lr_scaling=linear: 2 workers instead of 3") == 1, results[0].stderr
     assert driver.generations[0] == ["w0", "w1", "w2"] and driver.generations[-1] == ["w0", "w2"]
     for w in (0, 2):
         _check_counters(str(tmp_path), w)
@@ -151,3 +155,24 @@ def test_host_updates_interrupt_every_rank_at_the_same_commit(tmp_path):
     assert len(driver.generations) == 3
     for v in (results[0].value, results[1].value):
         _check_epochs(v)
+
+
+def test_a_worker_joins_a_job_of_one_and_gets_its_state(tmp_path):
+    out = str(tmp_path)
+    driver = TinyDriver(training_body, workers=1, args=(out, 1, 0.1), timeout=200)
+    driver.start()
+    driver.wait_for(lambda: sum(e["kind"] == "commit" for e in events(out, 0)) >= 3, "three commits of one worker")
+    driver.add_worker()
+    driver.publish_hosts(1, removed_only=False)
+    results = driver.finish()
+    first, joined = results[0].value, results[1].value
+    # Worker 0 trained alone with its gradient hooks in place; from the join on both reduce alike.
+    assert first["params"] == joined["params"] and first["commits"] == joined["commits"]
+    assert first["lr"] == joined["lr"] == [pytest.approx(0.02)]
+    interrupted = [e["commits"] for e in events(out, 0) if e["kind"] == "interrupt"]
+    synced = [e["commits"] for e in events(out, 1) if e["kind"] == "sync"]
+    assert len(interrupted) == 1 and synced == interrupted    # the newcomer starts from rank 0's commit
+    assert driver.generations == [["w0"], ["w0", "w1"]]
+    for v in (first, joined):
+        _check_epochs(v)
+    _check_counters(out, 0)

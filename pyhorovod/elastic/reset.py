@@ -8,6 +8,9 @@ raises WorkerStopped (a SystemExit(0)) when the driver lets the worker go.
                   -> HorovodInternalError         : restore, reset, on_reset, sync, train again
                   -> HostsUpdatedInterrupt        : reset, on_reset, sync unless skip_sync, train again
 
+Whether to sync after a reset is voted (one small allreduce): skip_sync only holds when every rank of
+the new generation has it, so a rank that joined or whose commit failed is never left alone in a sync.
+
 An init that fails during a reset (the store or a peer went away while the generation formed) is
 followed by another reset, for at most the elastic timeout (HOROVOD_ELASTIC_TIMEOUT) from the first
 failure; the driver, which decides who belongs to a generation, sends the worker away long before that
@@ -46,7 +49,7 @@ def run(func: Callable) -> Callable:
         skip_sync = False
         while True:
             try:
-                if not skip_sync:
+                if not elastic or _anyone_needs_sync(not skip_sync):
                     state.sync()
                 return func(state, *args, **kwargs)
             except HorovodInternalError as e:
@@ -65,6 +68,15 @@ def run(func: Callable) -> Callable:
             state.on_reset()
 
     return wrapper
+
+
+def _anyone_needs_sync(mine: bool) -> bool:
+    """True when any rank of the new generation needs sync(): every rank then takes part in it. A rank
+    that joined always does; so does one whose commit failed while the others saw skip_sync."""
+    import numpy as np
+    from pyhorovod import _api, _numpy_ops
+    votes = _numpy_ops.allreduce(np.array([int(mine)], dtype=np.int32), op=_api.Max, name="elastic.sync_needed")
+    return bool(votes[0])
 
 
 def reset() -> None:

@@ -157,13 +157,15 @@ def test_host_updates_interrupt_every_rank_at_the_same_commit(tmp_path):
         _check_epochs(v)
 
 
-def test_a_worker_joins_a_job_of_one_and_gets_its_state(tmp_path):
+@pytest.mark.parametrize("removed_only", [False, True])
+def test_a_worker_joins_a_job_of_one_and_gets_its_state(tmp_path, removed_only):
+    """removed_only=True (skip_sync on the old worker) cannot leave the newcomer syncing alone: they vote."""
     out = str(tmp_path)
     driver = TinyDriver(training_body, workers=1, args=(out, 1, 0.1), timeout=200)
     driver.start()
     driver.wait_for(lambda: sum(e["kind"] == "commit" for e in events(out, 0)) >= 3, "three commits of one worker")
     driver.add_worker()
-    driver.publish_hosts(1, removed_only=False)
+    driver.publish_hosts(1, removed_only=removed_only)
     results = driver.finish()
     first, joined = results[0].value, results[1].value
     # Worker 0 trained alone with its gradient hooks in place; from the join on both reduce alike.
@@ -172,6 +174,9 @@ def test_a_worker_joins_a_job_of_one_and_gets_its_state(tmp_path):
     interrupted = [e["commits"] for e in events(out, 0) if e["kind"] == "interrupt"]
     synced = [e["commits"] for e in events(out, 1) if e["kind"] == "sync"]
     assert len(interrupted) == 1 and synced == interrupted    # the newcomer starts from rank 0's commit
+    kinds = [e["kind"] for e in events(out, 0)]
+    at = kinds.index("interrupt")
+    assert kinds[at:at + 3] == ["interrupt", "reset", "sync"], kinds
     assert driver.generations == [["w0"], ["w0", "w1"]]
     for v in (first, joined):
         _check_epochs(v)

@@ -161,6 +161,30 @@ def test_sampler_epochs_orders_and_state():
         a.get_indices(0, 0)
 
 
+def test_sampler_drives_a_torch_dataloader_batch_by_batch():
+    sampler = ElasticSampler(list(range(10)), seed=2)
+    sampler.load_state_dict({"epoch": 1, "processed_indices": [0, 1]})
+    loader = torch.utils.data.DataLoader(torch.arange(10), batch_size=3, sampler=sampler)
+    batches = [b.tolist() for b in loader]
+    assert batches == [sampler.get_indices(i, 3) for i in range(3)] and len(loader) == 3
+    assert sorted(i for b in batches for i in b) == list(range(2, 10))
+
+
+def test_horovod_scripts_import_the_elastic_names(tmp_path):
+    import subprocess
+    import sys
+    from mp import ROOT, clean_env
+    from pyhorovod._compat import ALIAS_DIR
+    code = ("from horovod.torch.elastic import run, TorchState, ObjectState, ElasticSampler, State; "
+            "from horovod.common.exceptions import HostsUpdatedInterrupt; import horovod.torch as hvd; "
+            "import pyhorovod.torch.elastic as e; "
+            "assert hvd.elastic is e and TorchState is e.TorchState and HostsUpdatedInterrupt is e.HostsUpdatedInterrupt")
+    env = clean_env({"PYTHONPATH": ALIAS_DIR + ":" + ROOT})
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 # ---------------------------------------------------------------- check_host_updates
 
 class _Recorder(State):

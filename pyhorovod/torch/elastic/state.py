@@ -1,7 +1,8 @@
 """TorchState: an elastic state holding a model and an optimizer, besides plain attributes.
 
 Every save (commit) keeps deep in-memory copies of model.state_dict() and optimizer.state_dict()
-(nothing goes to disk); restore() loads them back into the same objects; sync() broadcasts rank 0's
+(nothing goes to disk), written into the previous save's tensors where shapes and dtypes match (a copy
+without allocating, several times faster than a fresh deep copy of a large model); restore() loads them back into the same objects; sync() broadcasts rank 0's
 parameters and buffers (broadcast_parameters) and optimizer state (broadcast_optimizer_state, which
 also carries DistributedOptimizer's warmup step count), then saves. The other keywords are attributes
 as in ObjectState (ElasticSampler ones included), sent with pyhorovod.torch.broadcast_object.
@@ -35,8 +36,8 @@ class TorchState(ObjectState):
         self._save_torch()
 
     def _save_torch(self) -> None:
-        model = None if self.model is None else copy.deepcopy(self.model.state_dict())
-        optimizer = None if self.optimizer is None else copy.deepcopy(self.optimizer.state_dict())
+        model = None if self.model is None else _copy_into(self._saved_model, self.model.state_dict())
+        optimizer = None if self.optimizer is None else _copy_into(self._saved_optimizer, self.optimizer.state_dict())
         self._saved_model, self._saved_optimizer = model, optimizer
 
     def save(self) -> None:
@@ -63,3 +64,20 @@ class TorchState(ObjectState):
             broadcast_optimizer_state(self.optimizer, root_rank=0)
         super().sync()
         self._save_torch()
+
+
+def _copy_into(old, new):
+    """A deep copy of `new` (nested dicts, lists and tuples of tensors and plain values) that reuses the
+    tensors of `old`, a previous copy, where they fit. The copy shares no storage with `new`."""
+    if torch.is_tensor(new):
+        if (torch.is_tensor(old) and old.shape == new.shape and old.dtype == new.dtype
+                and old.device == new.device):
+            return old.copy_(new)
+        return new.detach().clone()
+    if isinstance(new, dict):
+        old = old if isinstance(old, dict) else {}
+        return type(new)((k, _copy_into(old.get(k), v)) for k, v in new.items())
+    if isinstance(new, (list, tuple)) and type(new) in (list, tuple):
+        old = old if isinstance(old, (list, tuple)) and len(old) == len(new) else [None] * len(new)
+        return type(new)(_copy_into(o, v) for o, v in zip(old, new))
+    return copy.deepcopy(new)

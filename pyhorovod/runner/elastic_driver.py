@@ -154,6 +154,7 @@ class ElasticDriver:
             if w.running or w.reaped:
                 continue
             w.reaped = True
+            self._client.delete_prefix(proto.worker_prefix(w.id))
             code = w.proc.returncode
             if code == 0:
                 if not w.stopped and self.finished is None:
@@ -162,7 +163,7 @@ class ElasticDriver:
                 continue
             if w.proc.stopped_by_launcher:
                 continue
-            what = w.proc.describe_exit().replace(f"rank {w.seq} (", f"worker {w.seq} (", 1)
+            what = w.where() + w.proc.describe_exit().split(")", 1)[1]   # "... was killed by SIGKILL ..."
             cooldown = self.blacklist.add(w.hostname)
             for other in self.workers:
                 if other.hostname == w.hostname and other.running and not other.release:
@@ -270,6 +271,8 @@ class ElasticDriver:
                     w.asked = n
 
     def _answer(self, w: Worker, record: dict) -> None:
+        if w.answered >= 0:
+            self._client.delete_prefix(proto.assign_key(w.id, w.answered))   # read long ago
         self._client.set(proto.assign_key(w.id, w.asked), json.dumps(record).encode())
         w.answered = w.asked
 
@@ -303,6 +306,9 @@ class ElasticDriver:
                 self._answer(w, {"stop": f"host {w.hostname} left the job"})
             else:
                 self._answer(w, records[w.id])
+        if self.gen > 0:   # every member of the last generation has left it: its keys are garbage
+            for prefix in (f"phv/e{self.gen - 1}/", f"pyhvd/e{self.gen - 1}/"):
+                self._client.delete_prefix(prefix)
         self.removed_only = True
         self.formed_at[self.gen] = time.monotonic()
         ranks = ", ".join(f"{w.seq}@{w.hostname}->{w.rank}" for w in sorted(staying, key=lambda w: w.rank))
@@ -321,6 +327,12 @@ class ElasticDriver:
         if hosts and self.blacklist.permanent() and all(self.blacklist.blocked(h) for h in hosts) and not staying:
             raise _Fatal(f"every host is blacklisted ({', '.join(sorted(hosts))}); the last failure: "
                          f"{self.last_failure}")
+        if not self.opts.discovery.dynamic and self.blacklist.permanent():
+            usable = sum(n for h, n in self._usable_hosts().items())
+            if usable < self.opts.min_np:   # fixed hosts, failed ones out for good: nothing can come back
+                why = f"; the last failure: {self.last_failure}" if self.last_failure else ""
+                raise _Fatal(f"only {usable} slot(s) left on hosts that are not blacklisted, fewer than --min-np "
+                             f"{self.opts.min_np}, and the hosts are fixed (no --host-discovery-script){why}")
         if self.below_since is None:
             self.below_since = now
             if self.gen >= 0:

@@ -74,6 +74,10 @@ def options(args: argparse.Namespace, host_specs: Optional[List[HostSpec]]):
         raise ValueError(f"--elastic-timeout must be > 0, got {timeout:g}")
     if args.reset_limit is not None and args.reset_limit < 0:
         raise ValueError(f"--reset-limit must be >= 0, got {args.reset_limit}")
+    if args.blacklist_cooldown_range is not None:
+        lo, hi = args.blacklist_cooldown_range
+        if lo < 0 or hi < lo:
+            raise ValueError(f"--blacklist-cooldown-range takes MIN MAX with 0 <= MIN <= MAX, got {lo:g} {hi:g}")
     # No hosts at all: this machine, with a slot for every worker the job may grow to.
     fixed: Dict[str, int] = {h.hostname: h.slots for h in host_specs or [HostSpec("localhost", max_np)]}
     discovery = HostDiscovery(script=args.host_discovery_script, fixed=fixed, default_slots=slots)

@@ -53,6 +53,10 @@ class ElasticOptions:
     elastic_timeout_s: float = 600.0
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[float, float]] = None
+    # Once a member of the running generation asks for a place (it failed, or heard of a change), the
+    # other members must ask within this many seconds; one that does not is cut off or hung: it is
+    # stopped and its host blacklisted, so that the others never wait on it for good.
+    reset_timeout_s: float = 60.0
 
 
 class _Fatal(Exception):
@@ -99,6 +103,7 @@ class ElasticDriver:
         self.below_since: Optional[float] = None
         self.last_failure = ""
         self._removal_pending = False
+        self.asking_since: Optional[float] = None   # when a member of the running generation first asked
         self.formed_at: Dict[int, float] = {}    # generation -> monotonic time it formed (benchmarks)
         self._secret_dir: Optional[str] = None
         self._store = None
@@ -278,8 +283,13 @@ class ElasticDriver:
 
     def _form(self) -> None:
         live = [w for w in self.workers if w.running]
-        if not live or any(w.asked <= w.answered for w in live):
-            return   # nobody waits, or someone still runs the last generation
+        if not live:
+            return
+        silent = [w for w in live if w.asked <= w.answered]
+        if silent:
+            self._watch_silent(live, silent)
+            return   # someone still runs the last generation
+        self.asking_since = None
         if self.finished is not None:
             for w in live:
                 w.stopped = True
@@ -313,6 +323,26 @@ class ElasticDriver:
         self.formed_at[self.gen] = time.monotonic()
         ranks = ", ".join(f"{w.seq}@{w.hostname}->{w.rank}" for w in sorted(staying, key=lambda w: w.rank))
         output.emit(f"generation {self.gen}: {len(staying)} worker(s) (worker@host->rank: {ranks})")
+
+    def _watch_silent(self, live: List[Worker], silent: List[Worker]) -> None:
+        members_asking = [w for w in live if w.rank is not None and w.asked > w.answered]
+        if not members_asking:
+            self.asking_since = None   # only new workers wait: the members ask at their next commit
+            return
+        now = time.monotonic()
+        if self.asking_since is None:
+            self.asking_since = now
+            return
+        if now - self.asking_since <= self.opts.reset_timeout_s:
+            return
+        for w in silent:
+            cooldown = self.blacklist.add(w.hostname)
+            span = "for the rest of the job" if cooldown == float("inf") else f"for {cooldown:.1f} s"
+            self.last_failure = (f"{w.where()} did not ask for a place within {self.opts.reset_timeout_s:g} s of "
+                                 f"the others (cut off or hung); host {w.hostname} blacklisted {span}")
+            output.emit(self.last_failure + "; stopping it")
+            w.proc.signal(signal.SIGKILL)
+        self.asking_since = None
 
     # ---- size and ending --------------------------------------------------------------------------
     def _check_size(self) -> None:

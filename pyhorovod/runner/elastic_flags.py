@@ -40,6 +40,15 @@ ELASTIC_DESTS = ("min_np", "max_np", "host_discovery_script", "slots_per_host", 
                  "blacklist_cooldown_range")
 
 
+RESET_TIMEOUT_ENV = "PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS"
+
+
+def reset_timeout_s(env) -> float:
+    """How long the other members may take to ask once one asked (elastic_driver.ElasticOptions)."""
+    value = get_float(env, RESET_TIMEOUT_ENV, minimum=0.001)
+    return 60.0 if value is None else value
+
+
 def wanted(args: argparse.Namespace) -> bool:
     """Any elastic flag makes the job elastic."""
     return any(getattr(args, d) is not None for d in ELASTIC_DESTS)

@@ -1,0 +1,191 @@
+"""Elastic jobs under the real driver (`pyhorovod run --min-np ...`), with workers killed for real.
+
+Every "host" is a loopback address of this machine (127.0.0.1, 127.0.0.2, ...): the driver starts the
+workers locally, and each reports its address as its host name, so ranks group by host as on a cluster.
+The job is tests/elastic_job.py. Each run is checked for what elastic training promises:
+  * every worker that finished has the same final parameters;
+  * no committed progress is lost beyond the last commit: after a restore, the commit counter is at most
+    one commit behind the furthest commit any worker reported;
+  * each epoch trained on every sample, none twice but for the sampler's padding (a partition is padded
+    to a multiple of the ranks: at most size - 1 repeats per partition).
+"""
+import json
+import os
+import subprocess
+import threading
+import time
+
+from runner_util import ROOT, clean_env, launcher_argv, stop
+
+JOB = os.path.join(ROOT, "tests", "elastic_job.py")
+
+
+def hosts(n, slots=1, first=1):
+    return ",".join(f"127.0.0.{first + i}:{slots}" for i in range(n))
+
+
+class Run:
+    """One launcher run; on_line(run, record) sees each EJ record as it arrives (to change hosts)."""
+
+    def __init__(self, args, env=None, on_line=None, timeout=150):
+        self.records, self.stderr, self.code = [], "", None
+        job_env = {"PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS": "20", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20"}
+        job_env.update(env or {})
+        self.argv = launcher_argv([*args, "python", JOB])
+        proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=clean_env(job_env), cwd=ROOT, start_new_session=True)
+        err = []
+        reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+        reader.start()
+        self.stdout = []
+        deadline = time.monotonic() + timeout
+        timer = threading.Timer(timeout, stop, (proc,))
+        timer.start()
+        try:
+            for line in proc.stdout:
+                self.stdout.append(line)
+                if "EJ " in line:
+                    record = json.loads(line.split("EJ ", 1)[1])
+                    self.records.append(record)
+                    if on_line is not None:
+                        on_line(self, record)
+            self.code = proc.wait(10)
+        finally:
+            timer.cancel()
+            stop(proc)
+        reader.join(10)
+        self.stderr = "".join(err)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the elastic job ran past the test's {timeout} s limit\n{self}")
+
+    def __repr__(self):
+        return (f"{self.argv}\nexit {self.code}\n--- stdout\n{''.join(self.stdout)}\n--- stderr\n{self.stderr}")
+
+    def of(self, kind):
+        return [r for r in self.records if r["kind"] == kind]
+
+
+def check_promises(run, final_size, epochs=3, samples=40):
+    assert run.code == 0, run
+    ends = run.of("end")
+    assert len(ends) == final_size and {e["size"] for e in ends} == {final_size}, run
+    assert sorted(e["rank"] for e in ends) == list(range(final_size)), run
+    assert all(e["params"] == ends[0]["params"] for e in ends), run
+    # Committed progress: a worker starting train after a restore resumes at most one commit behind.
+    best = 0
+    for r in run.records:
+        if r["kind"] == "commit":
+            best = max(best, r["commits"])
+        elif r["kind"] == "restore":
+            assert r["commits"] >= best - 1, (r, best, run)
+    seen = ends[0]["seen"]
+    assert len(seen) == epochs, run
+    generations = run.stderr.count("] generation ")
+    for epoch, counts in enumerate(seen):
+        assert len(counts) == samples and min(counts) == 1 and max(counts) <= 2, (epoch, counts, run)
+        assert sum(counts) - samples <= generations * (final_size + 2), (epoch, counts, run)
+    return ends
+
+
+def test_worker_killed_mid_allreduce_the_others_go_on():
+    run = Run(["-np", "4", "--min-np", "2", "-H", hosts(4)], env={"EJ_FAULTS": "2:5:kill-allreduce"})
+    check_promises(run, 3)
+    assert run.of("restore") and "worker 2 (rank 2, host 127.0.0.3" in run.stderr, run
+    assert "generation 1: 3 worker(s)" in run.stderr, run
+
+
+def test_worker_killed_mid_sync_broadcast():
+    run = Run(["-np", "3", "--min-np", "2", "-H", hosts(3)], env={"EJ_FAULTS": "1:0:kill-sync"})
+    check_promises(run, 2)
+    assert "generation 1: 2 worker(s)" in run.stderr, run
+
+
+def test_worker_killed_mid_commit():
+    run = Run(["-np", "3", "--min-np", "2", "-H", hosts(3)], env={"EJ_FAULTS": "1:4:kill-commit"})
+    check_promises(run, 2)
+    assert [f for f in run.of("fault") if f["what"] == "kill-commit"], run
+
+
+def test_exception_in_user_code_on_one_rank():
+    run = Run(["-np", "3", "--min-np", "2", "-H", hosts(3)], env={"EJ_FAULTS": "0:3:raise"})
+    ends = check_promises(run, 2)
+    assert "worker 0 fails on purpose" in run.stderr and "host 127.0.0.1 blacklisted" in run.stderr, run
+    assert {e["worker"] for e in ends} == {"1", "2"}, run
+
+
+def test_hosts_added_then_removed_by_discovery(tmp_path):
+    listing = tmp_path / "hosts"
+    listing.write_text("127.0.0.1\n127.0.0.2\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {listing}\n")
+    script.chmod(0o755)
+    phase = ["2"]
+
+    def change_hosts(run, record):
+        if record["kind"] != "commit":
+            return
+        if phase[0] == "2" and record["size"] == 2 and record["commits"] >= 3:
+            listing.write_text("127.0.0.1\n127.0.0.2\n127.0.0.3\n127.0.0.4\n")
+            phase[0] = "4"
+        elif phase[0] == "4" and record["size"] == 4 and record["commits"] >= 12:
+            listing.write_text("127.0.0.1\n127.0.0.2\n")
+            phase[0] = "back to 2"
+
+    run = Run(["-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script", str(script)],
+              env={"EJ_EPOCHS": "3", "EJ_SAMPLES": "64", "EJ_SLEEP": "0.1"}, on_line=change_hosts)
+    assert phase[0] == "back to 2", run
+    check_promises(run, 2, samples=64)
+    sizes = [r["size"] for r in run.of("start")]
+    assert 4 in sizes and sizes[-1] == 2, run
+    # Adding and removing hosts is not a failure: nobody goes back to a commit.
+    assert run.of("restore") == [], run
+    assert "the worker leaves at the next generation" in run.stderr, run
+
+
+def test_below_min_np_then_hosts_back_after_cooldown():
+    # Workers 1 and 2 die at the same step: one survivor, fewer than --min-np 2. Their hosts are
+    # blacklisted for 1-2.4 s, then return; the driver starts workers there and the job goes on.
+    run = Run(["-np", "3", "--min-np", "2", "-H", hosts(3), "--blacklist-cooldown-range", "1", "2",
+               "--elastic-timeout", "60"],
+              env={"EJ_FAULTS": "1:5:kill-allreduce,2:5:kill-allreduce", "EJ_SAMPLES": "48"})
+    ends = check_promises(run, 3, samples=48)
+    assert "fewer than --min-np 2: waiting up to 60 s" in run.stderr, run
+    assert {e["worker"] for e in ends} == {"0", "3", "4"}, run   # new workers on the returned hosts
+
+
+def _discovery(tmp_path, listed):
+    listing = tmp_path / "hosts"
+    listing.write_text("".join(f"{h}\n" for h in listed))
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {listing}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_below_min_np_past_the_elastic_timeout_fails_naming_why(tmp_path):
+    script = _discovery(tmp_path, ["127.0.0.1", "127.0.0.2"])
+    run = Run(["-np", "2", "--min-np", "2", "--host-discovery-script", script, "--elastic-timeout", "3"],
+              env={"EJ_FAULTS": "1:3:kill-allreduce"})
+    assert run.code == 1, run
+    assert ("only 1 worker(s) available, fewer than --min-np 2, for longer than --elastic-timeout 3 s"
+            in run.stderr), run
+    assert "worker 1 (rank 1, host 127.0.0.2" in run.stderr, run
+
+
+def test_fixed_hosts_that_cannot_reach_min_np_fail_at_once():
+    run = Run(["-np", "2", "--min-np", "2", "-H", hosts(2)], env={"EJ_FAULTS": "1:3:kill-allreduce"})
+    assert run.code == 1 and "the hosts are fixed" in run.stderr, run
+
+
+def test_every_worker_failing_ends_the_job(tmp_path):
+    script = _discovery(tmp_path, ["127.0.0.1", "127.0.0.2", "127.0.0.3"])
+    run = Run(["-np", "3", "--min-np", "1", "--host-discovery-script", script],
+              env={"EJ_FAULTS": "0:2:raise,1:2:raise,2:2:raise"})
+    assert run.code == 1 and "every host is blacklisted" in run.stderr, run
+
+
+def test_reset_limit_reached():
+    run = Run(["-np", "4", "--min-np", "1", "-H", hosts(4), "--reset-limit", "1"],
+              env={"EJ_FAULTS": "1:3:kill-allreduce,2:7:kill-allreduce"})
+    assert run.code == 1 and "the --reset-limit" in run.stderr, run
+    assert "generation 1: 3 worker(s)" in run.stderr, run

@@ -15,6 +15,9 @@ import subprocess
 import threading
 import time
 
+import pytest
+
+from netns import Network, cleanup_stale, netns_unavailable_reason
 from runner_util import ROOT, clean_env, launcher_argv, stop
 
 JOB = os.path.join(ROOT, "tests", "elastic_job.py")
@@ -27,11 +30,11 @@ def hosts(n, slots=1, first=1):
 class Run:
     """One launcher run; on_line(run, record) sees each EJ record as it arrives (to change hosts)."""
 
-    def __init__(self, args, env=None, on_line=None, timeout=150):
+    def __init__(self, args, env=None, on_line=None, timeout=150, prefix=()):
         self.records, self.stderr, self.code = [], "", None
         job_env = {"PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS": "20", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20"}
         job_env.update(env or {})
-        self.argv = launcher_argv([*args, "python", JOB])
+        self.argv = [*prefix, *launcher_argv([*args, "python", JOB])]
         proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=clean_env(job_env), cwd=ROOT, start_new_session=True)
         err = []
@@ -189,3 +192,30 @@ def test_reset_limit_reached():
               env={"EJ_FAULTS": "1:3:kill-allreduce,2:7:kill-allreduce"})
     assert run.code == 1 and "the --reset-limit" in run.stderr, run
     assert "generation 1: 3 worker(s)" in run.stderr, run
+
+
+@pytest.mark.skipif(netns_unavailable_reason() is not None, reason=str(netns_unavailable_reason()))
+def test_host_cut_off_the_network_is_dropped():
+    # Three hosts as network namespaces; the driver runs on host 0 and reaches the others through the
+    # rsh agent on hv0; the job's traffic (store and ranks) uses hv1. Host 2's hv1 goes down mid-training:
+    # its peers' transfers stall and fail, the survivors ask for a place, host 2's worker cannot (the
+    # store is behind the cut link), so the driver stops it after the reset timeout and the job goes on.
+    cleanup_stale()
+    with Network(hosts=3, subnets=2) as net:
+        cut = []
+
+        def cut_link(run, record):
+            if not cut and record["kind"] == "commit" and record["commits"] >= 3:
+                net.hosts[2].link("hv1", up=False)
+                cut.append(time.monotonic())
+
+        listed = ",".join(f"{h.addr('hv0')}:1" for h in net.hosts)
+        run = Run(["-np", "3", "--min-np", "2", "-H", listed, "--rsh-agent", net.rsh_agent(),
+                   "--network-interfaces", "hv1"],
+                  env={"EJ_SAMPLES": "48", "EJ_SLEEP": "0.1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "3",
+                       "PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS": "5", "PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "20"},
+                  on_line=cut_link, prefix=net.hosts[0].argv([]), timeout=180)
+        assert cut, run
+        check_promises(run, 2, samples=48)
+        assert "did not ask for a place within 5 s of the others (cut off or hung)" in run.stderr, run
+        assert f"host {net.hosts[2].addr('hv0')} blacklisted" in run.stderr, run

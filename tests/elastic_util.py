@@ -43,6 +43,7 @@ class TinyDriver:
         self.procs: List[subprocess.Popen] = []
         self.files = []
         self.killed = set()
+        self.hosts_version = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self.error: Optional[BaseException] = None
@@ -98,12 +99,14 @@ class TinyDriver:
         self.generations.append([self.ids[i] for i in live])
         for rank, i in enumerate(live):
             record = {"gen": gen, "rank": rank, "size": len(live), "local_rank": rank, "local_size": len(live),
-                      "cross_rank": 0, "cross_size": 1, "hostname": "localhost", "homogeneous": True}
+                      "cross_rank": 0, "cross_size": 1, "hostname": "localhost", "homogeneous": True,
+                      "hosts_version": self.hosts_version}
             wid = self.ids[i]
             self.store.set(_membership.assign_key(wid, asks[i]), json.dumps(record).encode())
             self.answered[wid] = asks[i]
 
     def publish_hosts(self, version: int, removed_only: bool) -> None:
+        self.hosts_version = version
         record = {"version": version, "removed_only": removed_only}
         self.store.set(_membership.HOSTS_KEY, json.dumps(record).encode())
 

@@ -68,7 +68,11 @@ class State:
             return
         if self._get_rank() == 0:
             version, removed_only = _membership.host_update()
-            news = (version, version != self._hosts_version, removed_only)
+            # A change made before this generation formed is part of it already (a failure and a host
+            # change can come together): only later ones count.
+            formed = _membership.current()
+            seen = max(self._hosts_version, formed.hosts_version if formed is not None else 0)
+            news = (version, version > seen, removed_only)
         else:
             news = None
         version, changed, removed_only = self._bcast_object(news)

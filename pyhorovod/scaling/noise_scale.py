@@ -72,6 +72,13 @@ class _BiasCorrectedEMA:
         return [m / c for m in self.m]
 
 
+def horizon_beta(horizon_examples, b_big):
+    """EMA beta whose horizon 1/(1 - beta) spans `horizon_examples` examples at B_big per step."""
+    if not horizon_examples > b_big >= 1:
+        raise ValueError(f"the EMA horizon ({horizon_examples} examples) must exceed one step's B_big={b_big}")
+    return 1.0 - b_big / float(horizon_examples)
+
+
 def unbiased_estimates(local_sq_mean, global_sq, b_small, b_big):
     """Per-step unbiased estimates (|G|^2, tr(Sigma)) from A_s, A_b (floats or numpy arrays)."""
     grad_sq = (b_big * global_sq - b_small * local_sq_mean) / (b_big - b_small)

@@ -167,3 +167,20 @@ def host_update() -> Tuple[int, bool]:
                 return 0, False
             record = json.loads(bytes(_session.store.get(HOSTS_KEY, 5.0)).decode())
     return int(record["version"]), bool(record["removed_only"])
+
+
+TARGET_KEY = PREFIX + "target_np"   # rank 0's wish for the worker count; the driver reads it every loop
+
+
+def request_size(n: int) -> None:
+    """Asks the driver for n workers (it clamps to [--min-np, --max-np] and grows onto free slots or lets
+    the highest ranks go). Only in an elastic worker after its first init()."""
+    from pyhorovod.errors import translated
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"request_size needs a worker count >= 1, got {n!r}")
+    with _session.lock:
+        if _session.store is None:
+            raise ValueError("request_size() works only in a worker of an elastic job (pyhorovod run "
+                             "--min-np/--max-np ...), after its first init()")
+        with translated():
+            _session.store.set(TARGET_KEY, str(n).encode())

@@ -72,13 +72,15 @@ class Autoscaler:
     """optimizer: a DistributedOptimizer built with measure_noise_scale=True (or estimator=: a
     NoiseScaleEstimator); the other arguments default to the launcher's environment (module doc).
     size_fn/rank_fn/request_fn/clock: the job's size and rank, the driver request and the clock
-    (pyhorovod's and time.monotonic by default; tests pass their own)."""
+    (pyhorovod's and time.monotonic by default; tests pass their own). started_at: the clock reading
+    the trace counts time and worker-seconds from (default: now)."""
 
     def __init__(self, optimizer=None, estimator=None, every: Optional[int] = None,
                  min_np: Optional[int] = None, max_np: Optional[int] = None, margin: Optional[float] = None,
                  hosts: Optional[Sequence[Host]] = None, trace: Optional[str] = None, settle: int = 5,
                  grad_bytes: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                 size_fn=None, rank_fn=None, request_fn=None, clock=time.monotonic):
+                 size_fn=None, rank_fn=None, request_fn=None, clock=time.monotonic,
+                 started_at: Optional[float] = None):
         env = os.environ if env is None else env
         if estimator is None and optimizer is not None:
             estimator = getattr(optimizer, "noise_scale_estimator", None)
@@ -117,7 +119,7 @@ class Autoscaler:
         self.requested: Optional[int] = None
         self._np = None
         self._since_resize = 0
-        self._t0 = clock()
+        self._t0 = clock() if started_at is None else started_at   # the trace's time 0 (clock's units)
         self._last_t = None
 
     def rebind(self, optimizer) -> None:

@@ -109,6 +109,12 @@ def worker(a):
             result["worker_seconds"] = scaler.finish(f"test accuracy {a.target}")
             result["counts"] = [(d.step, d.current_np, d.target_np) for d in scaler.decisions]
             result["b_simple_end"] = scaler.estimator.b_simple()
+            counts = range(1, scaler.max_np + 1)
+            result["model"] = scaler.model.table(counts)
+            # the same job on a host with a core per rank: what the model predicts without oversubscription
+            from pyhorovod.scaling.throughput import Host
+            spare = scaler.model.what_if([Host("spare", scaler.max_np, scaler.max_np)])
+            result["model_spare_cores"] = spare.table(counts)
         else:
             result["worker_seconds"] = hvd.size() * result["time_s"]
         result["resizes"] = warm.resizes

@@ -285,3 +285,15 @@ def test_request_size_sets_the_drivers_key():
     finally:
         proto._session.store, proto._session.store_addr = None, None
         server.close()
+
+
+def test_what_if_other_hosts_keeps_compute_link_and_correction():
+    m = model(slots=3, cores=2)
+    m.observe(1, 0.10)
+    m.observe(1, 0.10)
+    m.observe(3, 0.30)            # compute per core median(0.1, 0.1, 0.3/1.5) = 0.1; model T(3) = 0.15
+    assert m.correction() == pytest.approx(1.5)          # median of measured/model: 1 at 1, 2 at 3
+    spare = m.what_if([Host("big", 3, 3)])
+    assert spare.measured_counts() == [] and spare.correction() == pytest.approx(1.5)
+    # a core per rank: T(3) = 0.1 x 1.5 (correction), where these hosts measured 0.30
+    assert spare.step_s(3) == pytest.approx(0.15) and m.step_s(3) == pytest.approx(0.30)

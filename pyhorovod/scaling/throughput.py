@@ -91,6 +91,7 @@ class ThroughputModel:
         self._step = defaultdict(lambda: deque(maxlen=window))      # n -> step seconds
         self._sync = defaultdict(lambda: deque(maxlen=window))      # n -> seconds waiting on the allreduce
         self._compute = deque(maxlen=window)                        # t_c / s(n), normalised to one core
+        self._prior_correction = 1.0                                # correction() before any measurement
 
     @property
     def max_workers(self) -> int:
@@ -113,8 +114,8 @@ class ThroughputModel:
     def fitted_network(self) -> Network:
         """alpha, beta fitted to the median allreduce waits at >= 2 measured counts above one, else the
         guess. A wait of zero (fully overlapped communication) says nothing about the link: skipped."""
-        points = [(n, self.grad_bytes, float(np.median(self._sync[n]))) for n in self.measured_counts()
-                  if n >= 2 and np.median(self._sync[n]) > 0]
+        points = [(n, self.grad_bytes, float(np.median(w))) for n, w in sorted(self._sync.items())
+                  if n >= 2 and w and np.median(w) > 0]
         if len({p[0] for p in points}) < 2 or self.grad_bytes <= 0:
             return self.network
         return fit_ring(points)[0]
@@ -130,7 +131,7 @@ class ThroughputModel:
     def correction(self) -> float:
         """Median of measured / modelled step time over the measured counts (1 before any)."""
         ratios = [float(np.median(self._step[n])) / self.modelled_step_s(n) for n in self.measured_counts()]
-        return float(np.median(ratios)) if ratios else 1.0
+        return float(np.median(ratios)) if ratios else self._prior_correction
 
     def step_s(self, n: int) -> Optional[float]:
         """The step time at n workers: measured if the job ran there, else the corrected model."""
@@ -145,6 +146,16 @@ class ThroughputModel:
         """Examples per second at n workers; None for a count the hosts cannot give (or no data yet)."""
         t = self.step_s(n)
         return None if t is None else n * self.local_batch / t
+
+    def what_if(self, hosts: Sequence[Host]) -> "ThroughputModel":
+        """The same job on other hosts: a model keeping the measured compute per core, the allreduce waits
+        (so the fitted link) and the correction, but none of the step times (they belong to these hosts)."""
+        other = ThroughputModel(hosts, self.local_batch, self.grad_bytes, self.network)
+        other._compute.extend(self._compute)
+        for n, waits in self._sync.items():
+            other._sync[n].extend(waits)
+        other._prior_correction = self.correction()
+        return other
 
     def table(self, counts: Sequence[int]) -> Dict[int, dict]:
         """Per count: step time, throughput, whether it was measured, and the oversubscription s(n)."""

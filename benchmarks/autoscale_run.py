@@ -174,7 +174,7 @@ def main(argv=None):
             print(f"round {r} {k}: {res['time_s']:.1f} s to {res['accuracy']:.3f} at step {res['step']}, "
                   f"{res['worker_seconds']:.1f} worker-s, launch {res['launch_wall_s']:.1f} s"
                   + (f", decisions {[c for c in res['counts'] if c[2]]}" if k == "auto" else ""), flush=True)
-    C.write_result(a.out + ".json", {"target": a.target, "results": results})
+            C.write_result(a.out + ".json", {"target": a.target, "results": results})   # after every run
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def worker(a):
                             acc = float((model(x_test).argmax(1) == y_test).float().mean())
                         if acc >= a.target or step >= a.max_steps:
                             result = {"time_s": time.monotonic() - t0, "step": step, "accuracy": acc,
-                                      "final_np": n}
+                                      "final_np": n, "reached": acc >= a.target}
                     flags = (_membership.hosts_changed() is not None, result is not None)
                 changed, done = hvd.broadcast_object(flags, 0, name="flags")
         if done:
@@ -149,6 +149,22 @@ def launch(kind, a, path):
     return res
 
 
+def summarise(results):
+    """Median time and worker-seconds per configuration, and the autoscaled run against the best fixed
+    count by each measure (ratios of medians over the rounds)."""
+    import statistics as st
+    med = {k: (st.median(r["time_s"] for r in v), st.median(r["worker_seconds"] for r in v),
+               sum(bool(r.get("reached")) for r in v)) for k, v in results.items() if v}
+    fixed = {k: m for k, m in med.items() if k != "auto"}
+    rows = [[k, len(results[k]), hit, f"{t:.1f}", f"{w:.1f}"] for k, (t, w, hit) in med.items()]
+    C.print_table(["config", "runs", "reached target", "median s to target", "median worker-s"], rows)
+    if "auto" in med and fixed:
+        best_t = min(fixed, key=lambda k: fixed[k][0])
+        best_w = min(fixed, key=lambda k: fixed[k][1])
+        print(f"autoscaled / best fixed time ({best_t} workers): {med['auto'][0] / fixed[best_t][0]:.3f}; "
+              f"autoscaled / best fixed worker-seconds ({best_w} workers): {med['auto'][1] / fixed[best_w][1]:.3f}")
+
+
 def main(argv=None):
     p = C.arg_parser(__doc__)
     p.add_argument("--worker", action="store_true")
@@ -160,11 +176,15 @@ def main(argv=None):
     p.add_argument("--max-np", type=int, default=3)
     p.add_argument("--every", type=int, default=30)
     p.add_argument("--only-auto", action="store_true")
+    p.add_argument("--summarise", action="store_true", help="print the table of an earlier run's JSON")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "autoscale"))
     p.add_argument("--timeout", type=float, default=900)
     a = p.parse_args(argv)
     if a.worker:
         return worker(a)
+    if a.summarise:
+        with open(a.out + ".json") as f:
+            return summarise(json.load(f)["results"])
     kinds = ["auto"] + ([] if a.only_auto else [int(c) for c in a.counts.split(",")])
     results = {str(k): [] for k in kinds}
     for r in range(a.rounds):
@@ -175,6 +195,7 @@ def main(argv=None):
                   f"{res['worker_seconds']:.1f} worker-s, launch {res['launch_wall_s']:.1f} s"
                   + (f", decisions {[c for c in res['counts'] if c[2]]}" if k == "auto" else ""), flush=True)
             C.write_result(a.out + ".json", {"target": a.target, "results": results})   # after every run
+    summarise(results)
 
 
 if __name__ == "__main__":

@@ -186,3 +186,20 @@ def hosts_changed() -> Optional[bool]:
         return None
     version, removed_only = host_update()
     return removed_only if version > a.hosts_version else None
+
+
+TARGET_KEY = PREFIX + "target_np"   # rank 0's wish for the worker count; the driver reads it every loop
+
+
+def request_size(n: int) -> None:
+    """Asks the driver for n workers (it clamps to [--min-np, --max-np] and grows onto free slots or lets
+    the highest ranks go). Only in an elastic worker after its first init()."""
+    from pyhorovod.errors import translated
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"request_size needs a worker count >= 1, got {n!r}")
+    with _session.lock:
+        if _session.store is None:
+            raise ValueError("request_size() works only in a worker of an elastic job (pyhorovod run "
+                             "--min-np/--max-np ...), after its first init()")
+        with translated():
+            _session.store.set(TARGET_KEY, str(n).encode())

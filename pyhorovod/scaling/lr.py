@@ -157,3 +157,51 @@ class LinearWarmup:
         self.base_lrs = list(state["base_lrs"])
         self.last_step = int(state["last_step"])
         self._apply()
+
+
+class ResizeWarmup:
+    """The LR multiplier across the resizes of an elastic job.
+
+    At every resize the job's rule gives a new target multiplier for the new global batch (linear or
+    sqrt: `scale_factor(rule, base_batch, new_global_batch)`; AdaScale: its gain, which the caller
+    recomputes every step for the new scale). After a grow the multiplier goes from the one the last step
+    before the resize applied to the new target linearly over `warmup_steps` steps (a sudden k-fold LR
+    on weights tuned for the old batch diverges, as at the start of training); after a shrink the
+    smaller target applies at once (a smaller LR is always safe).
+
+    multiplier(step, target) is the small function the optimizer calls every step: `target` is what the
+    rule says for the current global batch, the answer is what to apply. log_fn(line) gets one line at
+    each resize and one when a warmup ends.
+    """
+
+    def __init__(self, warmup_steps=100, log_fn=None):
+        self.warmup_steps = warmup_steps_from(warmup_steps)
+        self.log_fn = log_fn
+        self._from = None      # (step of the resize, multiplier before it) during a warmup
+        self._last = None      # the multiplier the last step applied
+        self.resizes = []      # (step, old global batch, new global batch, multiplier before)
+
+    def resize(self, step, old_global_batch, new_global_batch):
+        """Called once, at the first step after a resize."""
+        before = self._last
+        self.resizes.append((int(step), old_global_batch, new_global_batch, before))
+        grew = new_global_batch > old_global_batch
+        self._from = (int(step), before) if grew and before is not None and self.warmup_steps else None
+        if self.log_fn is not None:
+            how = f"LR multiplier warms up from {before:.4g} over {self.warmup_steps} steps" if self._from \
+                else "the rule's LR applies at once"
+            self.log_fn(f"resize at step {step}: global batch {old_global_batch} -> {new_global_batch}; {how}")
+
+    def multiplier(self, step, target):
+        m = float(target)
+        if self._from is not None:
+            start, before = self._from
+            done = step - start
+            if done >= self.warmup_steps or target <= before:
+                self._from = None
+                if self.log_fn is not None:
+                    self.log_fn(f"step {step}: LR warmup after the resize done, multiplier {m:.4g}")
+            else:
+                m = before + (m - before) * done / self.warmup_steps
+        self._last = m
+        return m

@@ -72,6 +72,13 @@ class _BiasCorrectedEMA:
         return [m / c for m in self.m]
 
 
+def horizon_beta(horizon_examples, b_big):
+    """EMA beta whose horizon 1/(1 - beta) spans `horizon_examples` examples at B_big per step."""
+    if not horizon_examples > b_big >= 1:
+        raise ValueError(f"the EMA horizon ({horizon_examples} examples) must exceed one step's B_big={b_big}")
+    return 1.0 - b_big / float(horizon_examples)
+
+
 def unbiased_estimates(local_sq_mean, global_sq, b_small, b_big):
     """Per-step unbiased estimates (|G|^2, tr(Sigma)) from A_s, A_b (floats or numpy arrays)."""
     grad_sq = (b_big * global_sq - b_small * local_sq_mean) / (b_big - b_small)
@@ -149,6 +156,7 @@ class NoiseScaleEstimator:
         self.log_fn = log_fn
         self.advisor = advisor
         self.adascale = None   # set by adascale.AdaScalePolicy (lr_scaling="adascale")
+        self.last_step_time = None   # (seconds, of which waiting on communication) of the last step timed
 
     @classmethod
     def for_config(cls, local_batch, size, backward_passes_per_step=1, **kwargs):
@@ -198,6 +206,7 @@ class NoiseScaleEstimator:
     def record_step_time(self, seconds, sync_seconds=0.0):
         """Wall time of one optimizer step (and the part spent waiting for communication): enables the
         advisor's throughput and goodput fields in report()."""
+        self.last_step_time = (float(seconds), float(sync_seconds))
         if self.advisor is None:
             self.advisor = Advisor(local_batch=self.local_batch, workers=self.workers,
                                    backward_passes_per_step=self.backward_passes_per_step)
@@ -270,6 +279,14 @@ class NoiseScaleEstimator:
         return {"grad_sq_m": list(self._grad_sq.m), "trace_m": list(self._trace.m),
                 "t": self._grad_sq.t, "step": self.step, "skipped": self.skipped, "lr": self.lr,
                 "b_small": self.b_small, "b_big": self.b_big, "ema_beta": self.ema_beta}
+
+    def continue_from(self, state):
+        """Takes over the EMAs of another estimator's state_dict() even if its batch sizes differ (a resized
+        elastic job): the smoothed |G|^2 and tr(Sigma) are estimates of properties of the model and the
+        data, not of the batch, so they stay valid across a resize."""
+        self._grad_sq.m = [float(v) for v in state["grad_sq_m"]]
+        self._trace.m = [float(v) for v in state["trace_m"]]
+        self._grad_sq.t = self._trace.t = int(state["t"])
 
     def load_state_dict(self, state):
         if (state["b_small"], state["b_big"]) != (self.b_small, self.b_big):

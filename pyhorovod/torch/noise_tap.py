@@ -51,6 +51,21 @@ from pyhorovod.torch import _convert as cv, ops
 _CORE_SUMSQ = {torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64}
 
 
+def ema_from_env(global_batch):
+    """{"ema_beta": ...} from PYHOROVOD_NOISE_SCALE_HORIZON (examples the EMAs span), else {} (beta 0.99).
+    A horizon in examples averages over the same stretch of training at every worker count, which a
+    horizon in steps does not (100 steps at 4 workers are twice the examples of 100 steps at 2)."""
+    from pyhorovod.scaling.noise_scale import horizon_beta
+    raw = os.environ.get("PYHOROVOD_NOISE_SCALE_HORIZON")
+    if not raw:
+        return {}
+    try:
+        horizon = float(raw)
+    except ValueError:
+        raise ValueError(f"PYHOROVOD_NOISE_SCALE_HORIZON={raw!r}: expected a number of examples") from None
+    return {"ema_beta": horizon_beta(max(horizon, global_batch + 1), global_batch)}
+
+
 class NoiseScaleTap:
     def __init__(self, batch_size, backward_passes_per_step, workers, op, process_set, param_groups=None,
                  per_group=False):
@@ -73,7 +88,8 @@ class NoiseScaleTap:
             log_fn = logging.getLogger("pyhorovod.scaling.noise_scale").info
         self.estimator = NoiseScaleEstimator.for_config(
             int(batch_size), int(workers), int(backward_passes_per_step), groups=ngroups,
-            log_every=log_every, log_fn=log_fn)
+            log_every=log_every, log_fn=log_fn, **ema_from_env(int(batch_size) * int(workers)
+                                                                * int(backward_passes_per_step)))
         self.b_small, self.b_big = self.estimator.b_small, self.estimator.b_big
         self.micro = self.estimator.mode == "micro_batches"
         self.passes = int(backward_passes_per_step)

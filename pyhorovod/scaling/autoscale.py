@@ -1,0 +1,107 @@
+"""When to grow or shrink an elastic job: the worker count of the highest predicted goodput.
+
+Terms (design.md section 8; Pollux, Qiao et al. 2021; McCandlish et al. 2018). At n workers of local
+batch b the global batch is B(n) = n b. To reach a target, training at batch B takes S(B) = S_min (1 +
+B_noise/B) steps, B_noise estimated live by B_simple. The progress of one second at n workers, relative
+to the current count n0, is
+
+    goodput(n) = throughput(n) x efficiency(B(n)),   efficiency(B) = (B_noise + B(n0)) / (B_noise + B)
+
+(throughput in examples per second; `advisor.efficiency`). Written per step instead of per example it
+is steps/s x (1 + B_noise/B(n0)) / (1 + B_noise/B): the same ratio between counts. So more workers pay
+while B(n) is small against B_noise (each example is worth nearly as much) and the throughput still
+scales; once B(n) passes B_noise, or the throughput flattens, fewer workers make as much progress.
+
+The decision (pure: no I/O; the caller feeds measurements and acts on the answer). Every evaluation
+ranks the counts in [min_np, max_np] the hosts can give (throughput.py) by goodput. The job is asked to
+move to the best count only when that same count beats the current one by more than `margin` (default
+10%) on `patience` (default 2) evaluations in a row; any evaluation that does not confirms nothing, and
+a resize starts the count over. Estimator noise of a few percent cannot then make the job flap between
+two counts of nearly equal goodput.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from .advisor import efficiency
+from .throughput import ThroughputModel
+
+
+@dataclass
+class Decision:
+    """One evaluation. target_np: the count to move to now, or None to stay. best_np: the candidate of
+    the highest goodput this time (moved to only once confirmed). goodput: count -> predicted goodput
+    relative to the current count's (1.0 = the current one)."""
+    step: int
+    current_np: int
+    b_noise: float
+    best_np: int
+    gain: float
+    target_np: Optional[int]
+    goodput: Dict[int, float] = field(default_factory=dict)
+    reason: str = ""
+
+
+class GoodputAutoscaler:
+    """The decision logic of `pyhorovod run --autoscale goodput` (module doc).
+
+    model: the ThroughputModel of the job; min_np, max_np: the bounds of the count; margin, patience:
+    the hysteresis. evaluate() is called every N steps (the caller's choice) with the current count and
+    the live B_simple.
+    """
+
+    def __init__(self, model: ThroughputModel, min_np: int, max_np: int, margin: float = 0.10,
+                 patience: int = 2):
+        if not 1 <= min_np <= max_np:
+            raise ValueError(f"need 1 <= min_np <= max_np, got min_np={min_np}, max_np={max_np}")
+        if margin < 0 or patience < 1:
+            raise ValueError(f"need margin >= 0 and patience >= 1, got {margin}, {patience}")
+        self.model = model
+        self.min_np, self.max_np = int(min_np), int(max_np)
+        self.margin, self.patience = float(margin), int(patience)
+        self._pending: Optional[int] = None
+        self._wins = 0
+        self._last_np: Optional[int] = None
+
+    def candidates(self) -> List[int]:
+        """Counts in [min_np, max_np] that the hosts can give."""
+        return [n for n in range(self.min_np, self.max_np + 1) if self.model.throughput(n) is not None]
+
+    def goodput(self, n: int, current_np: int, b_noise: float) -> Optional[float]:
+        """Predicted examples/s at n workers weighted by the efficiency of B(n) against B(current_np)."""
+        tp = self.model.throughput(n)
+        if tp is None:
+            return None
+        b = self.model.local_batch
+        return tp * efficiency(current_np * b, n * b, b_noise)
+
+    def evaluate(self, current_np: int, b_noise: Optional[float], step: int = 0) -> Decision:
+        if current_np != self._last_np:          # a resize (or the first call): confirmations start over
+            self._pending, self._wins, self._last_np = None, 0, current_np
+        if b_noise is None or not b_noise > 0:
+            return self._hold(step, current_np, b_noise, "no noise-scale estimate yet")
+        now = self.goodput(current_np, current_np, b_noise)
+        if now is None:
+            return self._hold(step, current_np, b_noise, "no throughput measured at the current count yet")
+        table = {n: g / now for n in self.candidates() if (g := self.goodput(n, current_np, b_noise)) is not None}
+        best = max(table, key=lambda n: (table[n], -abs(n - current_np)))
+        gain = table[best]
+        if best == current_np or gain <= 1.0 + self.margin:
+            self._pending, self._wins = None, 0
+            why = "current count is best" if best == current_np else \
+                f"{best} workers gain {gain - 1:+.1%}, within the {self.margin:.0%} margin"
+            return Decision(step, current_np, b_noise, best, gain, None, table, why)
+        self._wins = self._wins + 1 if self._pending == best else 1
+        self._pending = best
+        if self._wins < self.patience:
+            return Decision(step, current_np, b_noise, best, gain, None, table,
+                            f"{best} workers gain {gain - 1:+.1%}: {self._wins} of {self.patience} confirmations")
+        self._pending, self._wins = None, 0
+        verb = "grow" if best > current_np else "shrink"
+        return Decision(step, current_np, b_noise, best, gain, best, table,
+                        f"{verb} to {best} workers: {gain - 1:+.1%} goodput, confirmed {self.patience} times")
+
+    def _hold(self, step, current_np, b_noise, why):
+        return Decision(step, current_np, b_noise if b_noise is not None else float("nan"), current_np, 1.0,
+                        None, {}, why)

@@ -60,7 +60,8 @@ def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
 
 def launch(cand, net, args, mode, steps, warmup=0, eval_every=0, timeout_s=600):
     """Runs one candidate's job in the namespaces; returns its records."""
-    argv = [sys.executable, WORKER, cand, mode, str(steps), str(warmup), str(eval_every)]
+    argv = [sys.executable, WORKER, cand, mode, "--steps", str(steps), "--warmup", str(warmup),
+            "--eval-every", str(eval_every)]
     if cand == "single":
         return C.run_records([(net.hosts[0].argv(argv), C.python_env())], timeout_s, cand)
     secret = secrets.token_hex(16)

@@ -1,6 +1,6 @@
 """One rank of one candidate in benchmarks/cluster.py (launched by it inside a network namespace).
 
-    python benchmarks/cluster_worker.py CANDIDATE MODE STEPS WARMUP EVAL_EVERY
+    python benchmarks/cluster_worker.py CANDIDATE MODE --steps N --warmup N --eval-every N
 
 CANDIDATE: single (one process, no communication), pyhvd-{none,fp16,bf16,powersgd},
 ddp-{none,fp16,powersgd}. Rank and size come from the variables the driver sets (PYHOROVOD_* or torch's
@@ -9,9 +9,9 @@ RANK/WORLD_SIZE/MASTER_ADDR). The model is the 4.2M-parameter MLP of /work/share
 of the 1000 outputs, batch 32 per rank, SGD with momentum. Every rank reads its own shard of one shuffled
 order of the training set.
 
-MODE throughput: WARMUP untimed steps (past PowerSGD's start_iter, so compression is on), then STEPS
-timed ones; one record per rank with the step times. MODE accuracy: STEPS steps from the start; every
-EVAL_EVERY steps rank 0 measures test accuracy on the first 5000 test images and records it with the
+MODE throughput: --warmup untimed steps (past PowerSGD's start_iter, so compression is on), then --steps
+timed ones; one record per rank with the step times. MODE accuracy: --steps steps from the start; every
+--eval-every steps rank 0 measures test accuracy on the first 5000 test images and records it with the
 training time so far (its own clock, the evaluations left out: the other ranks wait for rank 0 in the
 next step's allreduce, which rank 0 does not count).
 """
@@ -84,11 +84,18 @@ def setup(cand, model, opt):
     return model, opt, dist.get_rank(), dist.get_world_size(), done
 
 
-def main(argv):
+def main(argv=None):
     import torch
     import torch.nn.functional as F
-    cand, mode = argv[0], argv[1]
-    steps, warmup, eval_every = int(argv[2]), int(argv[3]), int(argv[4])
+    p = C.arg_parser(__doc__)
+    p.add_argument("cand", choices=["single", "pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd",
+                                    "ddp-none", "ddp-fp16", "ddp-powersgd"])
+    p.add_argument("mode", choices=["throughput", "accuracy"])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=12)
+    p.add_argument("--eval-every", type=int, default=30)
+    args = p.parse_args(argv)
+    cand, mode, steps, warmup, eval_every = args.cand, args.mode, args.steps, args.warmup, args.eval_every
     torch.set_num_threads(1)
     torch.manual_seed(1234)
     model = build_mlp()
@@ -138,4 +145,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -7,12 +7,15 @@ carries that number, so a generation never reads the keys of an earlier one.
 
 The protocol, all through the rendezvous store the driver hosts (keys under PREFIX):
 
-    worker: set  want/<id>        = n             its n-th request for a place (n = 0, 1, ...)
-    driver: set  assign/<id>/<n>  = JSON record   once every live worker has asked, for all at once
-    driver: set  hosts            = JSON {"version": v, "removed_only": bool}   when hosts change
+    worker: set  worker/<id>/want      = n            its n-th request for a place (n = 0, 1, ...)
+    driver: set  worker/<id>/assign/<n> = JSON record  once every live worker has asked, for all at once
+    driver: set  hosts                 = JSON {"version": v, "removed_only": bool}   when hosts change
+
+The driver deletes the keys of a generation (the engine's, under phv/e<gen>/ and pyhvd/e<gen>/) once the
+next one has formed, and a worker's keys once it has exited, so a long job leaves no keys behind.
 
 The record is {"gen", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "hostname",
-"homogeneous"},
+"homogeneous", "hosts_version"},
 or {"stop": reason} for a worker the driver lets go (its host left the discovery, or the job is over).
 A worker asks at its first init() and at every init() after a shutdown(): `hvd.elastic.run` does
 `shutdown(); init()` on a reset, so an elastic reset is the same call sequence as a Horovod one.
@@ -56,14 +59,20 @@ class Assignment:
     cross_size: int
     hostname: str
     homogeneous: bool
+    hosts_version: int   # the driver's hosts record when the generation formed (it includes every change)
+
+
+def worker_prefix(worker_id: str) -> str:
+    """Every key of one worker begins with this (the driver deletes them when the worker is gone)."""
+    return f"{PREFIX}worker/{worker_id}/"
 
 
 def want_key(worker_id: str) -> str:
-    return f"{PREFIX}want/{worker_id}"
+    return worker_prefix(worker_id) + "want"
 
 
 def assign_key(worker_id: str, n: int) -> str:
-    return f"{PREFIX}assign/{worker_id}/{n}"
+    return worker_prefix(worker_id) + f"assign/{n}"
 
 
 HOSTS_KEY = PREFIX + "hosts"
@@ -167,3 +176,13 @@ def host_update() -> Tuple[int, bool]:
                 return 0, False
             record = json.loads(bytes(_session.store.get(HOSTS_KEY, 5.0)).decode())
     return int(record["version"]), bool(record["removed_only"])
+
+
+def hosts_changed() -> Optional[bool]:
+    """None while the hosts are as they were when this worker's generation formed; else removed_only
+    (True: only hosts were removed since). Reads the store: rank 0 calls it at a commit and broadcasts."""
+    a = _session.assignment
+    if a is None:
+        return None
+    version, removed_only = host_update()
+    return removed_only if version > a.hosts_version else None

@@ -11,7 +11,8 @@ every candidate once per link speed, in the same namespaces, one after the other
 this bimodal machine; medians over rounds); "single" (one process, no communication) is the baseline of
 the scaling efficiency: samples/s of the job / (workers x samples/s of one).
 
-Then the accuracy runs (--accuracy-steps, at the first link speed): each candidate of --accuracy-candidates
+Then a probe of the communication alone (--probe-rounds): the gradient's allreduce, flat and per layer,
+pyhorovod against gloo, at the first link speed. Then the accuracy runs (--accuracy-steps, at the first link speed): each candidate of --accuracy-candidates
 trains from scratch for the step budget, rank 0 evaluating every --eval-every steps; reported: final test
 accuracy and the steps and training seconds each needed to reach the uncompressed pyhorovod run's final
 accuracy. Horovod 0.28.1 is a candidate only where `import horovod.torch` works (not built here).
@@ -99,6 +100,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="timed steps per throughput run")
     p.add_argument("--warmup", type=int, default=12, help="untimed steps first (past PowerSGD's start_iter=10)")
+    p.add_argument("--probe-rounds", type=int, default=3,
+                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none) at the first link speed")
     p.add_argument("--accuracy-steps", type=int, default=300, help="step budget of the accuracy runs (0: none)")
     p.add_argument("--eval-every", type=int, default=30)
     p.add_argument("--accuracy-candidates", default="pyhvd-none,pyhvd-powersgd,ddp-none,ddp-powersgd")
@@ -122,7 +125,7 @@ def main(argv=None):
     out_path = args.out or os.path.join(HERE, "results", f"cluster_{tag}.json")
     cleanup_stale()
     throughput = {f"{c}@{l}": [] for c in cands for l in links}
-    single, curves, t_start = [], {}, time.time()
+    single, curves, probe, t_start = [], {}, {}, time.time()
     with Network(hosts=args.hosts) as net:
         for rnd in range(args.rounds):
             single.append(samples_per_s(launch("single", net, args, "throughput", args.steps, args.warmup)))
@@ -133,9 +136,15 @@ def main(argv=None):
                     rate = samples_per_s(launch(cand, net, args, "throughput", args.steps, args.warmup))
                     throughput[f"{cand}@{link}"].append(rate)
                     print(f"round {rnd} link {link} Mbit/s {cand:16s} {rate:8.1f} samples/s", flush=True)
+        for host in net.hosts:
+            host.shape("hv0", rate_mbit=links[0])
+        for rnd in range(args.probe_rounds):
+            for cand in ("pyhvd-none", "ddp-none"):
+                recs = launch(cand, net, args, "allreduce", 5, 2)
+                for kind in ("flat", "tensors"):
+                    probe.setdefault(f"{cand} {kind}", []).append(max(C.median(r[kind]) for r in recs))
+                probe["bytes"] = recs[0]["bytes"]
         if args.accuracy_steps:
-            for host in net.hosts:
-                host.shape("hv0", rate_mbit=links[0])
             for cand in args.accuracy_candidates.split(","):
                 recs = launch(cand, net, args, "accuracy", args.accuracy_steps, eval_every=args.eval_every,
                               timeout_s=1800)
@@ -144,6 +153,12 @@ def main(argv=None):
                 print(f"accuracy {cand:16s} {last['accuracy']:.4f} after {last['step']} steps, "
                       f"{last['train_s']:.1f} s", flush=True)
     result = summarize(args, links, cands, throughput, single, curves, skipped)
+    if probe:
+        n = args.hosts * args.ranks_per_host
+        result["allreduce_probe"] = {
+            "median_s": {k: C.median(v) for k, v in probe.items() if k != "bytes"},
+            "rounds_s": {k: v for k, v in probe.items() if k != "bytes"}, "bytes": probe["bytes"],
+            "ring_floor_s": 2 * (n - 1) / n * probe["bytes"] / (links[0] * 1e6 / 8)}
     result["wall_s"] = time.time() - t_start
     C.write_result(out_path, result, argv=sys.argv)
     draw(result, out_path[:-len(".json")])
@@ -152,8 +167,8 @@ def main(argv=None):
 
 def summarize(args, links, cands, throughput, single, curves, skipped):
     workers = args.hosts * args.ranks_per_host
-    one = C.median(single)
-    med = {k: C.median(v) for k, v in throughput.items()}
+    one = C.median(single) if single else None
+    med = {k: C.median(v) for k, v in throughput.items() if v}
     rows = {k: {"samples_per_s": med[k], "rounds": throughput[k], "efficiency": med[k] / (workers * one)}
             for k in med}
     ratios = {}
@@ -180,6 +195,8 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
 
 def draw(result, stem):
     links = result["links_mbit"]
+    if not result["throughput"]:
+        return
     cands = sorted({k.split("@")[0] for k in result["throughput"]}, key=CANDIDATES.index)
     fig, axes = plotting.new_figure(width=7.5)
     ax = axes[0][0]
@@ -211,12 +228,17 @@ def report(result):
     rows = [[k, f"{v['samples_per_s']:.1f}", f"{100 * v['efficiency']:.1f}%",
              " ".join(f"{x:.0f}" for x in v["rounds"])] for k, v in result["throughput"].items()]
     C.print_table(["candidate@Mbit/s", "samples/s", "efficiency", "rounds"], rows)
-    print(f"one process: {result['single_samples_per_s']:.1f} samples/s")
+    if result["single_samples_per_s"]:
+        print(f"one process: {result['single_samples_per_s']:.1f} samples/s")
     for link, r in result["ratios"].items():
         print(f"{link} Mbit/s: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
     for cand, a in result["accuracy"].items():
         print(f"{cand}: final {100 * a['final']:.2f}% after {a['train_s']:.1f} s; to {100 * a['target']:.2f}%: "
               f"{a['steps_to_target']} steps, {a['seconds_to_target']} s")
+    if "allreduce_probe" in result:
+        pr = result["allreduce_probe"]
+        print(f"gradient allreduce alone ({pr['bytes'] / 1e6:.1f} MB, ring floor {1e3 * pr['ring_floor_s']:.0f} ms): "
+              + ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in pr["median_s"].items()))
     for k, v in result["skipped"].items():
         print(f"skipped {k}: {v}")
 

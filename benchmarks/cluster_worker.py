@@ -13,7 +13,8 @@ MODE throughput: --warmup untimed steps (past PowerSGD's start_iter, so compress
 timed ones; one record per rank with the step times. MODE accuracy: --steps steps from the start; every
 --eval-every steps rank 0 measures test accuracy on the first 5000 test images and records it with the
 training time so far (its own clock, the evaluations left out: the other ranks wait for rank 0 in the
-next step's allreduce, which rank 0 does not count).
+next step's allreduce, which rank 0 does not count). MODE allreduce (pyhvd-none, ddp-none): the gradient's
+allreduce alone, --warmup untimed and --steps timed calls (probe_allreduce).
 """
 import os
 import sys
@@ -84,13 +85,48 @@ def setup(cand, model, opt):
     return model, opt, dist.get_rank(), dist.get_world_size(), done
 
 
+def probe_allreduce(cand, model, steps, warmup, rank, size):
+    """The communication alone: the model's gradient (4.2M floats) as one flat tensor and as its per-layer
+    tensors (what the optimizer sends), each timed from the first submission to the last completion."""
+    import torch
+    tensors = [torch.zeros_like(p) for p in model.parameters()]
+    flat = torch.zeros(sum(t.numel() for t in tensors))
+    if cand.startswith("pyhvd"):
+        import pyhorovod.torch as hvd
+
+        def run_flat():
+            hvd.allreduce_(flat, name="probe.flat")
+
+        def run_tensors():
+            handles = [hvd.allreduce_async_(t, name=f"probe.{i}") for i, t in enumerate(tensors)]
+            for h in handles:
+                hvd.synchronize(h)
+    else:
+        import torch.distributed as dist
+
+        def run_flat():
+            dist.all_reduce(flat)
+
+        def run_tensors():
+            for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+                work.wait()
+    times = {"flat": [], "tensors": []}
+    for i in range(warmup + steps):
+        for kind, fn in (("flat", run_flat), ("tensors", run_tensors)):
+            t0 = time.perf_counter()
+            fn()
+            if i >= warmup:
+                times[kind].append(time.perf_counter() - t0)
+    C.emit({"cand": cand, "rank": rank, "size": size, "bytes": flat.numel() * 4, **times})
+
+
 def main(argv=None):
     import torch
     import torch.nn.functional as F
     p = C.arg_parser(__doc__)
     p.add_argument("cand", choices=["single", "pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd",
                                     "ddp-none", "ddp-fp16", "ddp-powersgd"])
-    p.add_argument("mode", choices=["throughput", "accuracy"])
+    p.add_argument("mode", choices=["throughput", "accuracy", "allreduce"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=12)
     p.add_argument("--eval-every", type=int, default=30)
@@ -116,6 +152,10 @@ def main(argv=None):
         F.cross_entropy(model(x), y).backward()
         opt.step()
 
+    if mode == "allreduce":
+        probe_allreduce(cand, model, steps, warmup, rank, size)
+        done()
+        return
     if mode == "throughput":
         for i in range(warmup):
             step(i)

@@ -193,6 +193,32 @@ def section_compose_and_resume(hvd):
     return out
 
 
+def section_broadcast_state(hvd):
+    """A rank that starts fresh (an elastic newcomer) takes the root's iteration and Q's through
+    broadcast_optimizer_state and then compresses in step with the others; its error buffer stays its own."""
+    import torch
+    r_ = hvd.rank()
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters(),
+                                   compression=hvd.PowerSGD(rank=2, start_iter=1, min_compression_rate=4))
+    batches = _batches(4, 1, 6 * hvd.size())
+    _train(hvd, model, opt, batches[:3], r_)
+    if r_ == 1:   # rank 1 forgets everything PowerSGD had: iteration, Q's, error
+        opt.load_state_dict(dict(opt.state_dict(), pyhorovod_powersgd={"iteration": 0, "qs": {}, "errors": {}}))
+    before = opt.state_dict()["pyhorovod_powersgd"]
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    after = opt.state_dict()["pyhorovod_powersgd"]
+    q = after["qs"]["2.weight"]
+    qs = hvd.allgather(q.unsqueeze(0), name="bs.q")
+    final = _train(hvd, model, opt, batches[3:], r_)      # one more step (it would stall on mismatched names)
+    finals = hvd.allgather(final.unsqueeze(0), name="bs.final")
+    return {"iteration": after["iteration"], "qs_equal": bool((qs == qs[0]).all()),
+            "errors_kept": sorted(after["errors"]) == sorted(before["errors"]) and all(
+                torch.equal(after["errors"][k], before["errors"][k]) for k in before["errors"]),
+            "params_equal": bool((finals == finals[0]).all()), "step_iteration": opt.powersgd_iteration()}
+
+
 def section_fused_requests(hvd, path):
     import torch
     model = _mlp()
@@ -239,7 +265,7 @@ def body_all(timeline_dir):
     hvd.init()
     path = os.path.join(timeline_dir, "timeline.json")
     out = {"exact": section_exact(hvd), "error_feedback": section_error_feedback(hvd),
-           "compose": section_compose_and_resume(hvd), "fused": section_fused_requests(hvd, path),
+           "compose": section_compose_and_resume(hvd), "broadcast": section_broadcast_state(hvd), "fused": section_fused_requests(hvd, path),
            "bad_input": section_bad_input(hvd)}
     hvd.shutdown()
     return out
@@ -287,6 +313,14 @@ def test_groups_backward_passes_and_state_dict_round_trip(launched):
         assert c["resume_iteration"] == 5
         assert c["saved_keys"] == ["2.weight"], c   # at rate 4 only 32x32 compresses (1024 >= 4 * 64 * 2)
         assert c["without_state"] > 1e-6, c
+
+
+def test_broadcast_optimizer_state_syncs_iteration_and_qs_not_errors(launched):
+    _, values, _ = launched
+    for v in values:
+        b = v["broadcast"]
+        assert b == {"iteration": 3, "qs_equal": True, "errors_kept": True, "params_equal": True,
+                     "step_iteration": 4}, b
 
 
 def test_one_fused_p_and_q_request_per_step(launched):

@@ -9,6 +9,7 @@ for all of them. The other parameters go through the usual per-tensor or grouped
 """
 import torch
 
+from pyhorovod.torch.functions import broadcast_object
 from pyhorovod.torch.optimizer import _DistributedOptimizer
 from pyhorovod.torch.powersgd import LowRankReducer
 
@@ -66,6 +67,18 @@ class _PowerSGDMethods:
     def powersgd_iteration(self):
         """Optimizer steps PowerSGD has counted (compression runs from its start_iter on)."""
         return self._low_rank.iteration if hasattr(self, "_low_rank") else 0
+
+    def sync_powersgd_state(self, root_rank, process_set):
+        """broadcast_optimizer_state's part: the root's iteration and Q's to every rank of the set (a rank
+        that joins an elastic job, or a fresh one, compresses in step with the others); error buffers are
+        each rank's residual and stay."""
+        if not hasattr(self, "_low_rank"):
+            return
+        reducer = self._low_rank
+        state = broadcast_object({"iteration": reducer.iteration, "qs": reducer.qs}, root_rank,
+                                 name="opt_state.powersgd", process_set=process_set)
+        reducer.iteration = int(state["iteration"])
+        reducer.qs = {k: v.clone() for k, v in state["qs"].items()}
 
     def state_dict(self):
         state = _DistributedOptimizer.state_dict(self)

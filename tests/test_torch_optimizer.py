@@ -1,5 +1,5 @@
 """DistributedOptimizer: n ranks training on shards equal one process training on the whole batch
-(plain, backward_passes_per_step=2, fp16 compression, groups, predivide, op=Sum, sparse gradients),
+(plain, backward_passes_per_step=2, fp16 and bf16 compression, groups, predivide, op=Sum, sparse gradients),
 Horovod's error rules, the LR scaling/warmup it applies itself, and the noise-scale extension point.
 One launch per world size runs every section; each test checks its section."""
 import json
@@ -67,6 +67,7 @@ def section_equivalence(hvd):
     out["control"] = _maxdiff(_train(hvd, wrap=False)[0], ref1)
     out["bpps2"] = _maxdiff(_train(hvd, micro=2)[0], ref2)
     out["fp16"] = _maxdiff(_train(hvd, dtype=torch.float32, compression=hvd.Compression.fp16)[0], ref32)
+    out["bf16"] = _maxdiff(_train(hvd, dtype=torch.float32, compression=hvd.Compression.bf16)[0], ref32)
     out["groups2"] = _maxdiff(_train(hvd, groups=2)[0], ref1)
     # two explicit groups (first layer, last bias); the last weight stays alone
     out["groups_list"] = _maxdiff(_train(hvd, groups_of=lambda m: [[m[0].weight, m[0].bias], [m[2].bias]])[0],
@@ -300,6 +301,7 @@ def test_training_equals_one_process_on_concatenated_batch(launched):
         for key in ("plain", "bpps2", "groups2", "groups_list", "predivide", "op_sum"):
             assert d[key] < 1e-12, msg
         assert d["fp16"] < 2e-3, msg
+        assert d["bf16"] < 2e-2, msg   # 8 significant bits instead of fp16's 11
         assert d["control"] > 1e-3 if launched[0] > 1 else d["control"] == 0, msg
 
 

@@ -14,7 +14,8 @@ collectives, ValueError for bad arguments); Horovod's module paths exist too (py
 op=Adasum runs on CPU tensors only (ValueError on CUDA tensors) and at any number of ranks;
 SyncBatchNorm also works on CPU tensors; DistributedOptimizer can apply the linear/sqrt LR scaling rule
 with warmup itself (lr_scaling=, off by default) and measure the gradient noise scale
-(measure_noise_scale=); scaled_lr, scale_factor and LinearWarmup are exported here too.
+(measure_noise_scale=); Compression.bf16 and PowerSGD (low-rank) compression are extra; scaled_lr,
+scale_factor and LinearWarmup are exported here too.
 """
 from pyhorovod import (
     Adasum, Average, HorovodInternalError, HorovodTimeoutError, Max, Min, Product, ProcessSet, Sum,
@@ -35,6 +36,7 @@ from pyhorovod.torch.ops import (
     grouped_allreduce_async_, grouped_reducescatter_async, join, poll, reducescatter_async,
     sparse_allreduce_async, synchronize)
 from pyhorovod.torch.optimizer import DistributedOptimizer
+from pyhorovod.torch.powersgd import PowerSGD
 from pyhorovod.torch.sync_batch_norm import SyncBatchNorm
 from pyhorovod.torch import mpi_ops  # noqa: F401 -- hvd.mpi_ops, as in horovod.torch
 from pyhorovod.torch import elastic  # noqa: F401 -- hvd.elastic, as in horovod.torch
@@ -52,7 +54,7 @@ __all__ = [
     "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async",
-    "barrier", "join", "poll", "synchronize", "Compression", "DistributedOptimizer", "SyncBatchNorm",
+    "barrier", "join", "poll", "synchronize", "Compression", "PowerSGD", "DistributedOptimizer", "SyncBatchNorm",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "scaled_lr", "scale_factor", "LinearWarmup",
 ]

@@ -21,6 +21,21 @@ def check_op(op):
     return op
 
 
+def check_groups(groups):
+    """DistributedOptimizer(groups=): None, a positive count, or lists of distinct parameters."""
+    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError(f"groups={groups!r}: expected a positive number of groups or a list of lists of "
+                         f"parameters")
+    seen = set()
+    for group in groups if isinstance(groups, list) else ():
+        for p in group:
+            if not isinstance(p, torch.Tensor):
+                raise ValueError("groups: every entry of every group must be a parameter (a torch.Tensor)")
+            if id(p) in seen:
+                raise ValueError("groups: a parameter is listed in more than one place")
+            seen.add(id(p))
+
+
 def resolve_op(op, average):
     """horovod.torch: average= is deprecated (a DeprecationWarning, as Horovod) and excludes op=."""
     if average is not None:

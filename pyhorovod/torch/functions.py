@@ -175,6 +175,10 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     # DistributedOptimizer(lr_scaling=...) counts warmup steps outside the torch state: resume it too.
     if isinstance(getattr(optimizer, "_lr_step", None), int):
         numeric.append(("attr", None, "_lr_step", optimizer._lr_step))
+    # PowerSGD's iteration and Q's: the root's (every rank must compress from the same step on, with the
+    # same Q's); its error buffers stay each rank's own (see pyhorovod/torch/powersgd_optimizer.py).
+    if callable(getattr(optimizer, "sync_powersgd_state", None)):
+        optimizer.sync_powersgd_state(root_rank, process_set)
     # Numbers ride in one float64 tensor; bool/int types are restored from the local template.
     flat = [float(v) for item in numeric for v in _flatten(item[3])]
     packed = torch.tensor(flat, dtype=torch.float64)

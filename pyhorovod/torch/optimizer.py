@@ -26,6 +26,7 @@ from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
 from pyhorovod.torch.compression import Compression
 from pyhorovod.torch.functions import broadcast_object
+from pyhorovod.torch.powersgd import PowerSGD
 
 
 def _split_list(items, n):
@@ -55,6 +56,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._groups = groups
         self._p_to_group = {}
+        self._reduced_apart = set()   # parameters a compression reduces by itself (kept out of groups)
         self._group_counts = {}
         self._lr_policy = extras.get("lr_policy")
         self._noise_tap = extras.get("noise_tap")
@@ -71,7 +73,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         if self._groups is not None:
-            p_list = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            p_list = [p for group in self.param_groups for p in group["params"]
+                      if p.requires_grad and p not in self._reduced_apart]
             # Groups must be formed identically everywhere: use the set's first rank's parameter order
             # (root_rank is a global rank, so on a process set without rank 0 it is not 0).
             order = broadcast_object([self._parameter_names.get(p) for p in p_list],
@@ -158,7 +161,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             handle, ctx = None, None
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
-                if self._groups is not None:
+                if p in self._p_to_group:
                     group = self._p_to_group[p]
                     self._group_counts[group] += 1
                     if self._group_counts[group] == len(group):
@@ -200,16 +203,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
-        started = self._started()
-        if self._groups is not None:
-            for group in {self._p_to_group[p] for p in self._requires_update - started}:
-                for gp in group:
-                    self._handles.pop(gp, None)
-                self._handles[group] = self._grouped_allreduce_grad_async(group)
-                self._group_counts[group] = 0
-        else:
-            for p in self._requires_update - started:
-                self._handles[p] = self._allreduce_grad_async(p)
+        pending = self._requires_update - self._started()
+        for group in {self._p_to_group[p] for p in pending if p in self._p_to_group}:
+            for gp in group:
+                self._handles.pop(gp, None)
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            self._group_counts[group] = 0
+        for p in pending - set(self._p_to_group):
+            self._handles[p] = self._allreduce_grad_async(p)
         if self._noise_tap is not None and self._requires_update:
             self._noise_tap.start()
         reduced, reduced_params = [], []
@@ -403,8 +404,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         optimizer: the torch optimizer to wrap.
         named_parameters: ``model.named_parameters()``: names the allreduce requests (recommended: the
             same on every rank). Without it, names are made from the parameters' positions.
-        compression: :attr:`Compression.none` (default) or :attr:`Compression.fp16` (floating-point
-            gradients travel as float16).
+        compression: :attr:`Compression.none` (default), :attr:`Compression.fp16` or ``.bf16``
+            (floating-point gradients travel as 16-bit floats), or a :class:`PowerSGD` object: low-rank
+            compression of the matrix-shaped gradients (pyhorovod/torch/powersgd.py); its state is kept
+            in ``state_dict()``.
         backward_passes_per_step: local backward passes accumulated before each allreduce.
         op: :data:`Average` (default), :data:`Sum`, or :data:`Adasum`: then each rank runs the wrapped
             optimizer's step on its own gradients and the parameter changes are combined with Adasum
@@ -449,7 +452,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
 
     Raises:
         ValueError: ``named_parameters`` that are not (name, tensor) pairs, repeat a name or leave out
-            a parameter of the optimizer; an unsupported op, a predivide factor with an op other than Average, malformed
+            a parameter of the optimizer; an unsupported op (with PowerSGD: other than Average or Sum), a
+            predivide factor with an op other than Average, malformed
             ``groups``, ``backward_passes_per_step`` below 1, an unregistered process set, ``lr_scaling``
             options that do not fit together (warmup or base batch without a rule, base batch without
             ``batch_size``, ``"adascale"`` without ``measure_noise_scale``), or ``lr_scaling`` /
@@ -458,7 +462,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     from pyhorovod.torch._lr_policy import LrPolicy
     from pyhorovod.torch.noise_tap import NoiseScaleTap
 
-    cv.check_op(op)
+    (compression.check_op if isinstance(compression, PowerSGD) else cv.check_op)(op)
     if gradient_predivide_factor != 1.0 and op != _api.Average:
         raise ValueError(f"gradient_predivide_factor={gradient_predivide_factor!r} needs op=Average (it splits the "
                          f"averaging into a division before and after the sum)")
@@ -467,18 +471,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                       "(num_groups will go in a later release)", DeprecationWarning)
         if groups is None:
             groups = num_groups
-    if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
-        raise ValueError(f"groups={groups!r}: expected a positive number of groups or a list of lists of "
-                         f"parameters")
-    if isinstance(groups, list):
-        seen = set()
-        for group in groups:
-            for p in group:
-                if not isinstance(p, torch.Tensor):
-                    raise ValueError("groups: every entry of every group must be a parameter (a torch.Tensor)")
-                if id(p) in seen:
-                    raise ValueError("groups: a parameter is listed in more than one place")
-                seen.add(id(p))
+    cv.check_groups(groups)
     if backward_passes_per_step <= 0:
         raise ValueError(f"backward_passes_per_step={backward_passes_per_step!r}: expected a positive integer")
     process_set = global_process_set if process_set is None else process_set
@@ -513,6 +506,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             extras["lr_policy"] = AdaScalePolicy(extras["noise_tap"].estimator, verbose=basics.rank() == 0)
 
     attrs = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    if isinstance(compression, PowerSGD):
+        from pyhorovod.torch.powersgd_optimizer import powersgd_attrs
+        if measure_noise_scale:
+            raise ValueError("measure_noise_scale= needs each gradient's own allreduce: not with PowerSGD")
+        attrs.update(powersgd_attrs(compression))
+        compression = Compression.none   # for the tensors PowerSGD leaves uncompressed
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), attrs)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set, extras)

@@ -114,6 +114,8 @@ class Config:
     shm_spin_yield: int = -1                  # PYHOROVOD_SHM_SPIN_YIELD: 1 yield while polling, 0 not, -1 auto
     hostname: Optional[str] = None            # PYHOROVOD_HOSTNAME, else HOROVOD_HOSTNAME (host grouping)
     gpu_path: str = "auto"                    # PYHOROVOD_GPU_PATH: auto, nccl or staged (CUDA collectives)
+    hierarchical_allreduce: int = -1          # HOROVOD_HIERARCHICAL_ALLREDUCE: 1 on, 0 off, -1 by size
+    hierarchical_allgather: int = -1          # HOROVOD_HIERARCHICAL_ALLGATHER: 1 on, 0 off, -1 by size
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -187,6 +189,11 @@ class Config:
             if v.lower() not in ("auto", "nccl", "staged"):
                 raise ValueError(f"environment variable PYHOROVOD_GPU_PATH={v!r} is not one of auto, nccl, staged")
             c.gpu_path = v.lower()
+        for name, attr in (("HOROVOD_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce"),
+                           ("HOROVOD_HIERARCHICAL_ALLGATHER", "hierarchical_allgather")):
+            v = get_bool(env, name)
+            if v is not None:
+                setattr(c, attr, int(v))
         return c
 
     def engine_options(self, *, rank, size, local_rank, local_size, cross_rank, cross_size, store_host,
@@ -228,4 +235,8 @@ class Config:
         opts.process_sets = [list(r) for r in process_sets]
         opts.log_level = self.log_level
         opts.gpu_path = self.gpu_path
+        if hasattr(opts, "hierarchical_allreduce"):  # newer cores only
+            opts.hierarchical_allreduce = self.hierarchical_allreduce
+            opts.hierarchical_allgather = self.hierarchical_allgather
+            opts.host_name = self.hostname or ""
         return opts

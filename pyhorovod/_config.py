@@ -116,6 +116,11 @@ class Config:
     gpu_path: str = "auto"                    # PYHOROVOD_GPU_PATH: auto, nccl or staged (CUDA collectives)
     hierarchical_allreduce: int = -1          # HOROVOD_HIERARCHICAL_ALLREDUCE: 1 on, 0 off, -1 by size
     hierarchical_allgather: int = -1          # HOROVOD_HIERARCHICAL_ALLGATHER: 1 on, 0 off, -1 by size
+    autotune: bool = False                    # HOROVOD_AUTOTUNE (pyhorovod/_autotune.py)
+    autotune_log: str = ""                    # HOROVOD_AUTOTUNE_LOG: CSV written by rank 0
+    autotune_warmup_samples: int = 3          # HOROVOD_AUTOTUNE_WARMUP_SAMPLES: samples not scored
+    autotune_steps_per_sample: int = 10       # HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+    autotune_max_samples: int = 20            # HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: scored trials at most
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -194,6 +199,16 @@ class Config:
             v = get_bool(env, name)
             if v is not None:
                 setattr(c, attr, int(v))
+        v = get_bool(env, "HOROVOD_AUTOTUNE")
+        if v is not None:
+            c.autotune = v
+        c.autotune_log = get_str(env, "HOROVOD_AUTOTUNE_LOG") or ""
+        for name, attr, low in (("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotune_warmup_samples", 0),
+                                ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotune_steps_per_sample", 1),
+                                ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotune_max_samples", 1)):
+            v = get_int(env, name, minimum=low)
+            if v is not None:
+                setattr(c, attr, v)
         return c
 
     def engine_options(self, *, rank, size, local_rank, local_size, cross_rank, cross_size, store_host,

@@ -2,6 +2,7 @@
 the flat allreduce over counts that do not divide evenly by the host size, fused and alone, plus
 allgathers of uneven blocks; each rank checks its result exactly (tests/coll_data.py)."""
 import json
+import sys
 
 import numpy as np
 
@@ -49,5 +50,37 @@ def body(big=True):
             "allgather_mode": info["allgather_mode"], "local": local}
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and len(sys.argv) == 1:
     print("RESULT " + json.dumps(body()), flush=True)
+
+
+def _sent_bytes(iface="hv0"):
+    for line in open("/proc/net/dev").read().splitlines()[2:]:
+        name, fields = line.split(":", 1)
+        if name.strip() == iface:
+            return int(fields.split()[8])
+    raise AssertionError(f"no interface {iface}")
+
+
+def traffic_body(count=1 << 20):
+    """Bytes this host sends on its link during one allreduce of `count` float32, flat then hierarchical
+    (the mode switched on every rank between barriers)."""
+    import pyhorovod as hvd
+    from pyhorovod import basics
+    hvd.init()
+    x = np.ones(count, dtype=np.float32)
+    sent = {}
+    for name, mode in (("flat", 0), ("hierarchical", 1)):
+        basics._state.engine.set_knobs(hierarchical_allreduce=mode)
+        hvd.barrier()
+        before = _sent_bytes()
+        y = hvd.allreduce(x, op=hvd.Sum, name=f"traffic.{name}")
+        hvd.barrier()
+        sent[name] = _sent_bytes() - before
+        assert np.array_equal(y, np.full(count, hvd.size(), np.float32))
+    hvd.shutdown()
+    return sent
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "traffic":
+    print("RESULT " + json.dumps(traffic_body()), flush=True)

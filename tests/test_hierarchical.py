@@ -53,3 +53,14 @@ def test_hierarchical_exact_across_namespaces(net, per_host):
         assert row["checks"] == 543
         assert row["host_of"] == [r // per_host for r in range(2 * per_host)]
         assert row["local"] == [rank % per_host, per_host]
+
+
+def test_hierarchical_allreduce_moves_fewer_bytes_across_hosts(net):
+    """2 hosts x 2 ranks, M = 4 MiB: a flat ring sends 2(p-1)/p M = 1.5 M out of each host (one ring edge
+    leaves it), the hierarchical allreduce 2 shards x 2(H-1)/H x M/2 = M."""
+    m = 4 << 20
+    rows = run_job(net, 2, ["python3", "-m", "hier_body", "traffic"], timeout=120)
+    for rank, row in enumerate(rows):
+        # Both ranks of a host read the host's counter; headers, barriers and negotiation add a little.
+        assert 1.5 * m <= row["flat"] <= 1.6 * m, (rank, row)
+        assert 1.0 * m <= row["hierarchical"] <= 1.1 * m, (rank, row)

@@ -114,6 +114,13 @@ class Config:
     shm_spin_yield: int = -1                  # PYHOROVOD_SHM_SPIN_YIELD: 1 yield while polling, 0 not, -1 auto
     hostname: Optional[str] = None            # PYHOROVOD_HOSTNAME, else HOROVOD_HOSTNAME (host grouping)
     gpu_path: str = "auto"                    # PYHOROVOD_GPU_PATH: auto, nccl or staged (CUDA collectives)
+    hierarchical_allreduce: int = -1          # HOROVOD_HIERARCHICAL_ALLREDUCE: 1 on, 0 off, -1 by size
+    hierarchical_allgather: int = -1          # HOROVOD_HIERARCHICAL_ALLGATHER: 1 on, 0 off, -1 by size
+    autotune: bool = False                    # HOROVOD_AUTOTUNE (pyhorovod/_autotune.py)
+    autotune_log: str = ""                    # HOROVOD_AUTOTUNE_LOG: CSV written by rank 0
+    autotune_warmup_samples: int = 3          # HOROVOD_AUTOTUNE_WARMUP_SAMPLES: samples not scored
+    autotune_steps_per_sample: int = 10       # HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+    autotune_max_samples: int = 20            # HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: scored trials at most
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Config":
@@ -187,6 +194,21 @@ class Config:
             if v.lower() not in ("auto", "nccl", "staged"):
                 raise ValueError(f"environment variable PYHOROVOD_GPU_PATH={v!r} is not one of auto, nccl, staged")
             c.gpu_path = v.lower()
+        for name, attr in (("HOROVOD_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce"),
+                           ("HOROVOD_HIERARCHICAL_ALLGATHER", "hierarchical_allgather")):
+            v = get_bool(env, name)
+            if v is not None:
+                setattr(c, attr, int(v))
+        v = get_bool(env, "HOROVOD_AUTOTUNE")
+        if v is not None:
+            c.autotune = v
+        c.autotune_log = get_str(env, "HOROVOD_AUTOTUNE_LOG") or ""
+        for name, attr, low in (("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotune_warmup_samples", 0),
+                                ("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotune_steps_per_sample", 1),
+                                ("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotune_max_samples", 1)):
+            v = get_int(env, name, minimum=low)
+            if v is not None:
+                setattr(c, attr, v)
         return c
 
     def engine_options(self, *, rank, size, local_rank, local_size, cross_rank, cross_size, store_host,
@@ -228,4 +250,8 @@ class Config:
         opts.process_sets = [list(r) for r in process_sets]
         opts.log_level = self.log_level
         opts.gpu_path = self.gpu_path
+        if hasattr(opts, "hierarchical_allreduce"):  # newer cores only
+            opts.hierarchical_allreduce = self.hierarchical_allreduce
+            opts.hierarchical_allgather = self.hierarchical_allgather
+            opts.host_name = self.hostname or ""
         return opts

@@ -160,3 +160,77 @@ def test_best_servers():
     # dedicated servers: time falls until S = p (then workers' NICs bound); the first minimum wins
     assert cm.best_servers(M, 8, net) == 8
     assert cm.best_servers(M, 8, net, candidates=[1, 2, 4]) == 4
+
+
+# ---- hosts, hierarchy, compression
+
+INTRA = cm.Network(alpha_s=2e-6, beta_bytes_per_s=1e10)
+INTER = cm.Network(alpha_s=5e-5, beta_bytes_per_s=1.25e8)
+
+
+def test_flat_ring_on_a_cluster_runs_at_the_nic():
+    c = cm.Cluster(2, 2, INTRA, INTER)
+    assert close(cm.flat_ring_time(M, c), 2 * 3 * 5e-5 + 2 * 3 / 4 * M / 1.25e8)
+    one_host = cm.Cluster(1, 4, INTRA, INTER)
+    assert close(cm.flat_ring_time(M, one_host), 2 * 3 * 2e-6 + 2 * 3 / 4 * M / 1e10)
+
+
+def test_hierarchical_formula_by_hand():
+    c = cm.Cluster(2, 2, INTRA, INTER)
+    local = 2 * 1 * 2e-6 + 2 * 1 / 2 * M / 1e10      # reduce-scatter + allgather inside the host
+    cross = 2 * 1 * 5e-5 + 2 * 1 / 2 * M / 1.25e8    # the NIC carries 2(H-1)/H M for both shards
+    assert close(cm.hierarchical_allreduce_time(M, c), local + cross)
+    c3 = cm.Cluster(3, 4, INTRA, INTER)
+    assert close(cm.hierarchical_allreduce_time(M, c3), 2 * 3 * 2e-6 + 2 * 3 / 4 * M / 1e10
+                 + 2 * 2 * 5e-5 + 2 * 2 / 3 * M / 1.25e8)
+    # One host: only the local ring; one rank per host: only the cross ring (= the flat ring).
+    assert close(cm.hierarchical_allreduce_time(M, cm.Cluster(1, 4, INTRA, INTER)),
+                 cm.flat_ring_time(M, cm.Cluster(1, 4, INTRA, INTER)))
+    assert close(cm.hierarchical_allreduce_time(M, cm.Cluster(4, 1, INTRA, INTER)),
+                 cm.flat_ring_time(M, cm.Cluster(4, 1, INTRA, INTER)))
+
+
+def test_hierarchical_saves_the_traffic_ratio_when_the_nic_is_the_bottleneck():
+    free_intra = cm.Network(0.0, 1e18)
+    c = cm.Cluster(2, 2, free_intra, cm.Network(0.0, 1e8))
+    assert cm.flat_ring_time(M, c) / cm.hierarchical_allreduce_time(M, c) == pytest.approx(1.5, rel=1e-9)
+    assert cm.auto_allreduce_time(M, c) == cm.hierarchical_allreduce_time(M, c)
+    # With latency dominating (tiny message, slow local hops) the flat ring wins and auto takes it.
+    slow_local = cm.Cluster(2, 2, cm.Network(1e-3, 1e10), cm.Network(1e-6, 1e8))
+    assert cm.auto_allreduce_time(8, slow_local) == cm.flat_ring_time(8, slow_local) < \
+        cm.hierarchical_allreduce_time(8, slow_local)
+
+
+def test_compressed_allreduce_is_fewer_bytes_plus_compute():
+    ring = lambda b: cm.ring_allreduce_time(b, 4, NET)  # noqa: E731
+    fp16 = cm.Compression(0.5, compute_s_per_byte=1e-11)
+    assert close(cm.compressed_allreduce_time(M, ring, fp16), ring(M / 2) + M * 1e-11)
+    psgd = cm.Compression(0.01, messages=2)
+    assert close(cm.compressed_allreduce_time(M, ring, psgd), 2 * ring(M * 0.01 / 2))
+    assert cm.compressed_allreduce_time(0, ring, psgd) == 0.0
+    assert close(cm.compressed_allreduce_time(M, ring, cm.NO_COMPRESSION), ring(M))
+
+
+def test_cluster_step_efficiency():
+    step = cm.StepModel(compute_s=0.1, grad_bytes=M, fusion_bytes=0)
+    c = cm.Cluster(2, 2, INTRA, INTER)
+    t = cm.hierarchical_allreduce_time(M, c)
+    assert close(cm.cluster_step_efficiency(step, c, "hierarchical", overlap=False), 0.1 / (0.1 + t))
+    assert close(cm.cluster_step_efficiency(step, c, "flat", overlap=False), 0.1 / (0.1 + cm.flat_ring_time(M, c)))
+    assert cm.cluster_step_efficiency(step, cm.Cluster(1, 1, INTRA, INTER)) == 1.0
+    half = cm.Compression(0.5)
+    assert cm.cluster_step_efficiency(step, c, "auto", half, overlap=False) > \
+        cm.cluster_step_efficiency(step, c, "auto", overlap=False)
+
+
+def test_cluster_bad_input():
+    with pytest.raises(ValueError, match="hosts"):
+        cm.Cluster(0, 2, INTRA, INTER)
+    with pytest.raises(ValueError, match="ratio"):
+        cm.Compression(0.0)
+    with pytest.raises(ValueError, match="ratio"):
+        cm.Compression(0.5, messages=0)
+    with pytest.raises(ValueError, match="algorithm"):
+        cm.cluster_step_efficiency(cm.StepModel(0.1, M), cm.Cluster(2, 2, INTRA, INTER), "torus")
+    with pytest.raises(ValueError, match="size"):
+        cm.hierarchical_allreduce_time(-1, cm.Cluster(2, 2, INTRA, INTER))

@@ -21,11 +21,12 @@ HONOURED = ["HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAP
             "HOROVOD_GLOO_IFACE", "HOROVOD_GLOO_TIMEOUT_SECONDS", "HOROVOD_HOSTNAME", "HOROVOD_RANK",
             "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
             "HOROVOD_CROSS_SIZE", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
-            "HOROVOD_START_TIMEOUT"]
+            "HOROVOD_START_TIMEOUT", "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+            "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+            "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLGATHER"]
 
 # The ones the issue names as silently ignored before, each of which must now be reported.
-FORMERLY_SILENT = ["HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-                   "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_THREAD_AFFINITY", "HOROVOD_CONTROLLER",
+FORMERLY_SILENT = ["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "HOROVOD_THREAD_AFFINITY", "HOROVOD_CONTROLLER",
                    "HOROVOD_CPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", "HOROVOD_GPU_ALLREDUCE",
                    "HOROVOD_GPU_ALLGATHER", "HOROVOD_GPU_BROADCAST", "HOROVOD_GPU_ALLTOALL",
                    "HOROVOD_GPU_REDUCESCATTER", "HOROVOD_MPI_THREADS_DISABLE", "HOROVOD_NUM_NCCL_STREAMS",
@@ -40,10 +41,10 @@ def test_table_covers_the_ignored_variables_and_spares_the_honoured_ones():
     for name in HONOURED:
         assert _inert_env.reason(name) is None, name
     assert _inert_env.reason("PYHOROVOD_SHM") is None and _inert_env.reason("HOROVOD_") is None
-    env = {"HOROVOD_AUTOTUNE": "1", "HOROVOD_CCL_ATL_TRANSPORT": "ofi", "HOROVOD_FUSION_THRESHOLD": "1",
+    env = {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1", "HOROVOD_CCL_ATL_TRANSPORT": "ofi", "HOROVOD_FUSION_THRESHOLD": "1",
            "HOROVOD_THREAD_AFFINITY": " ", "PATH": "/bin"}
     # Prefix entries cover every name below them; empty values count as unset, as everywhere.
-    assert _inert_env.inert_set(env) == ["HOROVOD_AUTOTUNE", "HOROVOD_CCL_ATL_TRANSPORT"]
+    assert _inert_env.inert_set(env) == ["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "HOROVOD_CCL_ATL_TRANSPORT"]
 
 
 def body_report(tmp):
@@ -66,7 +67,7 @@ def body_report(tmp):
 
 def test_rank_0_reports_inert_variables_once():
     results = run_ranks(body_report, 2, timeout=90, args=("",),
-                        env={"HOROVOD_AUTOTUNE": "1", "HOROVOD_NUM_NCCL_STREAMS": "2",
+                        env={"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1", "HOROVOD_NUM_NCCL_STREAMS": "2",
                              "HOROVOD_CCL_BGT_AFFINITY": "3", "HOROVOD_CYCLE_TIME": "2"})
     assert results[0].value["sum"] == 3.0 and results[1].value["sum"] == 3.0
     assert results[1].value["seen"] == [], results[1].value
@@ -74,7 +75,7 @@ def test_rank_0_reports_inert_variables_once():
     assert len(seen) == 1 and seen[0][0] == "WARNING", seen
     line = seen[0][1]
     assert "\n" not in line
-    for name in ("HOROVOD_AUTOTUNE (", "HOROVOD_CCL_BGT_AFFINITY (", "HOROVOD_NUM_NCCL_STREAMS ("):
+    for name in ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (", "HOROVOD_CCL_BGT_AFFINITY (", "HOROVOD_NUM_NCCL_STREAMS ("):
         assert name in line, line
     assert "HOROVOD_CYCLE_TIME (" not in line   # honoured
 

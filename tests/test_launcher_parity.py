@@ -52,10 +52,11 @@ def test_every_horovod_flag_is_honoured_or_said_to_have_no_effect(tmp_path):
                 "--timeline-filename", "tl.json", "--timeline-mark-cycles", "--stall-check",
                 "--stall-check-warning-time-seconds", "9", "--stall-check-shutdown-time-seconds", "20",
                 "--gloo-timeout-seconds", "40", "--log-level", "info", "--network-interface", "lo",
-                "--output-filename", "logs", "--verbose", "--gloo", "-p", "22", "--start-timeout", "60"]
-    inert = ["--hierarchical-allreduce", "--no-hierarchical-allgather", "--autotune", "--autotune-log-file",
-             "at.csv", "--autotune-warmup-samples", "3", "--autotune-steps-per-sample", "10",
-             "--autotune-bayes-opt-max-samples", "20", "--autotune-gaussian-process-noise", "0.8",
+                "--output-filename", "logs", "--verbose", "--gloo", "-p", "22", "--start-timeout", "60",
+                "--hierarchical-allreduce", "--no-hierarchical-allgather", "--autotune", "--autotune-log-file",
+                "at.csv", "--autotune-warmup-samples", "3", "--autotune-steps-per-sample", "10",
+                "--autotune-bayes-opt-max-samples", "20"]
+    inert = ["--autotune-gaussian-process-noise", "0.8",
              "--mpi-threads-disable", "--num-nccl-streams", "2", "--thread-affinity", "1", "--ccl-bgt-affinity",
              "0", "--log-with-timestamp", "--disable-cache", "--tcp", "--binding-args", "--bind-to core"]
     r = run_launcher(["-np", "2", *honoured, *inert, "python", script], timeout=90, cwd=str(tmp_path))
@@ -64,11 +65,12 @@ def test_every_horovod_flag_is_honoured_or_said_to_have_no_effect(tmp_path):
             "HOROVOD_TIMELINE": f"{tmp_path}/tl.json", "HOROVOD_TIMELINE_MARK_CYCLES": "1",
             "HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "9",
             "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "20", "HOROVOD_GLOO_TIMEOUT_SECONDS": "40",
-            "HOROVOD_LOG_LEVEL": "INFO", "HOROVOD_GLOO_IFACE": "lo"}
+            "HOROVOD_LOG_LEVEL": "INFO", "HOROVOD_GLOO_IFACE": "lo", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+            "HOROVOD_HIERARCHICAL_ALLGATHER": "0", "HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": "at.csv",
+            "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "3", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "10",
+            "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "20"}
     assert rank_env(r, 0) == want and rank_env(r, 1) == want, r
-    assert notes(r) == sorted(["--hierarchical-allreduce", "--hierarchical-allgather", "--autotune",
-                               "--autotune-log-file", "--autotune-warmup-samples", "--autotune-steps-per-sample",
-                               "--autotune-bayes-opt-max-samples", "--autotune-gaussian-process-noise",
+    assert notes(r) == sorted(["--autotune-gaussian-process-noise",
                                "--mpi-threads-disable", "--num-nccl-streams", "--thread-affinity",
                                "--ccl-bgt-affinity", "--log-with(out)-timestamp", "--disable-cache", "--tcp",
                                "--binding-args"]), r
@@ -146,8 +148,8 @@ def test_config_file_sets_the_flags_and_the_command_line_wins(tmp_path):
         "HOROVOD_FUSION_THRESHOLD": str(32 << 20), "HOROVOD_CYCLE_TIME": "5", "HOROVOD_CACHE_CAPACITY": "2048",
         "HOROVOD_TIMELINE": f"{tmp_path}/t.json", "HOROVOD_TIMELINE_MARK_CYCLES": "1",
         "HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": "45", "HOROVOD_LOG_LEVEL": "DEBUG"}, r
-    assert notes(r) == ["--hierarchical-allreduce", "--num-nccl-streams"], r
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": "45", "HOROVOD_LOG_LEVEL": "DEBUG", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, r
+    assert notes(r) == ["--num-nccl-streams"], r
     for text, message in (("params:\n  fusion_treshold_mb: 3\n", "unknown key params.fusion_treshold_mb"),
                           ("tuning:\n  a: 1\n", "unknown section 'tuning'"),
                           ("params:\n  cycle_time_ms: fast\n", "params.cycle_time_ms must be int or float"),

@@ -77,6 +77,9 @@ void register_ops(py::module_& m) {
       .def_readwrite("dynamic_process_sets", &EngineOptions::dynamic_process_sets)
       .def_readwrite("process_sets", &EngineOptions::process_sets)
       .def_readwrite("gpu_path", &EngineOptions::gpu_path)
+      .def_readwrite("hierarchical_allreduce", &EngineOptions::hierarchical_allreduce)
+      .def_readwrite("hierarchical_allgather", &EngineOptions::hierarchical_allgather)
+      .def_readwrite("host_name", &EngineOptions::host_name)
       .def_property(
           "log_level", [](const EngineOptions& o) { return static_cast<int>(o.log_level); },
           [](EngineOptions& o, int level) {
@@ -186,6 +189,28 @@ void register_ops(py::module_& m) {
       .def("auto_name_floor", &Engine::auto_name_floor, py::arg("prefix"))
       .def("start_timeline", &Engine::start_timeline, py::arg("path"), py::arg("mark_cycles") = false)
       .def("stop_timeline", &Engine::stop_timeline)
+      .def(
+          "set_knobs",
+          [](Engine& e, int64_t fusion_threshold_bytes, double cycle_time_ms, int hierarchical_allreduce,
+             int64_t segment_bytes) {
+            EngineKnobs k{fusion_threshold_bytes, cycle_time_ms, hierarchical_allreduce, segment_bytes};
+            e.set_knobs(k);
+          },
+          py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
+          py::arg("hierarchical_allreduce") = -2, py::arg("segment_bytes") = -1)
+      .def("hierarchy",
+           [](const Engine& e) {
+             const Hierarchy& h = e.hierarchy();
+             py::dict d;
+             d["host_of"] = h.host_of;
+             d["allreduce_mode"] = h.allreduce_mode;
+             d["allgather_mode"] = h.allgather_mode;
+             auto fit = [](const RingFit& f) { return py::make_tuple(f.alpha_s, f.beta_bytes_per_s); };
+             d["flat"] = fit(h.model.flat);
+             d["local"] = fit(h.model.local);
+             d["cross"] = fit(h.model.cross);
+             return d;
+           })
       .def("shutdown", &Engine::shutdown, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("interrupted", &Engine::interrupted)
       .def_property_readonly("rank", &Engine::rank)

@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "engine/engine_core.h"
 #include "engine/failure_board.h"
+#include "engine/hierarchy_setup.h"
 #include "rendezvous/tcp_store.h"
 
 namespace phv {
@@ -43,7 +44,12 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
     transport = impl_->explaining;
   }
   try {
-    impl_->core = new EngineCore(*transport, impl_->backend->tuning(), options);
+    EngineOptions with_layout = options;
+    HierarchySetup hs{options.host_name, options.hierarchical_allreduce, options.hierarchical_allgather,
+                      options.connect.connect_timeout_s};
+    // Before the core starts: nothing else uses the connections yet.
+    if (c.size > 1) with_layout.hierarchy = setup_hierarchy(impl_->backend->world(), hs, impl_->backend->tuning());
+    impl_->core = new EngineCore(*transport, impl_->backend->tuning(), with_layout);
     // The GPU backend shares our store (NCCL unique ids under <prefix>/gpu), made on the first CUDA request.
     TcpBackend* tcp = impl_->backend;
     std::string gpu_prefix = c.store_prefix + "/gpu";
@@ -79,6 +85,8 @@ std::vector<int> Engine::process_set_ranks(int id) const { return impl_->core->p
 std::vector<int> Engine::process_set_ids() const { return impl_->core->process_set_ids(); }
 void Engine::start_timeline(const std::string& path, bool mark_cycles) { impl_->core->start_timeline(path, mark_cycles); }
 void Engine::stop_timeline() { impl_->core->stop_timeline(); }
+void Engine::set_knobs(const EngineKnobs& knobs) { impl_->core->set_knobs(knobs); }
+const Hierarchy& Engine::hierarchy() const { return impl_->core->hierarchy(); }
 int Engine::rank() const { return impl_->core->rank(); }
 int Engine::size() const { return impl_->core->size(); }
 bool Engine::interrupted() const { return impl_->core != nullptr && impl_->core->interrupted(); }

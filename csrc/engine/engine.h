@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "algorithms/hierarchy.h"
 #include "backends/backend.h"
 #include "common/logging.h"
 #include "engine/request.h"
@@ -32,6 +33,23 @@ struct EngineOptions {
   std::vector<std::vector<int>> process_sets;  // static process sets registered at init (ids 1, 2, ...)
   LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL
   std::string gpu_path = "auto";               // PYHOROVOD_GPU_PATH: auto, nccl or staged (gpu_path.h)
+  // Two-level collectives (algorithms/hierarchy.h): 1 on, 0 off, -1 chosen per size by the model.
+  int hierarchical_allreduce = -1;             // HOROVOD_HIERARCHICAL_ALLREDUCE
+  int hierarchical_allgather = -1;             // HOROVOD_HIERARCHICAL_ALLGATHER
+  std::string host_name;                       // ranks with equal names share a host ("": gethostname())
+  // Filled by Engine at init (engine/hierarchy_setup.h) from the three fields above; the engine core
+  // takes it as given (its C++ tests set a layout directly).
+  Hierarchy hierarchy;
+};
+
+// Knobs that may change while the engine runs (autotune). Negative: unchanged. Every rank must set the
+// same values at the same point of its request sequence (e.g. right after a broadcast of them); they
+// apply to the requests submitted after the call.
+struct EngineKnobs {
+  int64_t fusion_threshold_bytes = -1;
+  double cycle_time_ms = -1;
+  int hierarchical_allreduce = -2;  // -1 automatic, 0 off, 1 on; below -1: unchanged
+  int64_t segment_bytes = -1;       // 0: from the model
 };
 
 using Handle = int64_t;
@@ -58,6 +76,8 @@ class Engine {
 
   void start_timeline(const std::string& path, bool mark_cycles);
   void stop_timeline();
+  void set_knobs(const EngineKnobs& knobs);
+  const Hierarchy& hierarchy() const;  // the host layout and fitted model found at init
 
   // Stops the thread after the ranks agree (or after a timeout); pending handles fail with SHUTDOWN.
   void shutdown();

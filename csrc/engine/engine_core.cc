@@ -49,8 +49,19 @@ EngineCore::EngineCore(Transport& transport, const Tuning& tuning, const EngineO
   double fail_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_shutdown_s);
   unit_watch_ = TransferWatch{warn_s, fail_s, &EngineCore::describe_unit, this};
   round_watch_ = TransferWatch{warn_s, fail_s, &EngineCore::describe_round, this};
+  executor_.set_hierarchy(options.hierarchy);
   next_cycle_ = Clock::now();
   thread_ = std::thread([this] { loop(); });
+}
+
+void EngineCore::set_knobs(const EngineKnobs& knobs) {
+  PHV_CHECK_ARG(knobs.hierarchical_allreduce <= 1, "hierarchical_allreduce must be -1, 0 or 1");
+  if (knobs.cycle_time_ms >= 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    options_.cycle_time_ms = knobs.cycle_time_ms;
+  }
+  if (knobs.fusion_threshold_bytes >= 0) pending_fusion_threshold_.store(knobs.fusion_threshold_bytes);
+  executor_.set_knobs(knobs.hierarchical_allreduce, knobs.segment_bytes);
 }
 
 EngineCore::~EngineCore() {

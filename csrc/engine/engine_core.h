@@ -61,6 +61,8 @@ class EngineCore {
   std::vector<int> process_set_ids() const { return sets_.ids(); }
   void start_timeline(const std::string& path, bool mark_cycles);
   void stop_timeline();
+  void set_knobs(const EngineKnobs& knobs);  // any thread; see EngineKnobs
+  const Hierarchy& hierarchy() const { return options_.hierarchy; }  // as set up at init
   // Returns true when the background thread has exited (false: it is stuck past the bound; the caller
   // must then leak this object rather than destroy it).
   bool shutdown();
@@ -135,7 +137,8 @@ class EngineCore {
   bool waiting_ = false;           // this rank reported requests that have not run yet
   int callers_waiting_ = 0;        // callers blocked in wait(): they run rounds themselves when they can
   Clock::time_point next_cycle_;
-  std::atomic<bool> abort_{false};  // a caller was interrupted: whoever drives a round stops the engine
+  std::atomic<bool> abort_{false};
+  std::atomic<int64_t> pending_fusion_threshold_{-1};  // set_knobs(): the coordinator takes it next round  // a caller was interrupted: whoever drives a round stops the engine
 
   // The round token: whoever holds it (the background thread, or a caller of wait() whose request is
   // pending) runs rounds; everything below is touched only by the holder.

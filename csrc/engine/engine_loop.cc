@@ -79,6 +79,8 @@ void EngineCore::run_round() {
     taken_.swap(incoming_);
   }
   std::string reason;
+  int64_t fusion = pending_fusion_threshold_.exchange(-1);
+  if (fusion >= 0 && coordinator_) coordinator_->set_fusion_threshold(fusion);
   try {
     take_incoming();
     Deadline deadline;

@@ -59,7 +59,42 @@ void Executor::spans(const std::vector<UnitEntry>& unit, const std::string& name
   }
 }
 
+void Executor::set_knobs(int allreduce_mode, int64_t segment_bytes) {
+  std::lock_guard<std::mutex> lock(knobs_mu_);
+  if (allreduce_mode >= -1) pending_mode_ = allreduce_mode;
+  if (segment_bytes >= 0) pending_segment_ = segment_bytes;
+  knobs_pending_.store(true, std::memory_order_release);
+}
+
+void Executor::apply_knobs() {
+  if (!knobs_pending_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(knobs_mu_);
+  if (pending_mode_ >= -1) hierarchy_.allreduce_mode = pending_mode_;
+  if (pending_segment_ >= 0) tuning_.segment_bytes = static_cast<size_t>(pending_segment_);
+  pending_mode_ = -2;
+  pending_segment_ = -1;
+  knobs_pending_.store(false, std::memory_order_relaxed);
+}
+
+const TwoLevel* Executor::two_level(const Comm& comm) {
+  if (hierarchy_.host_of.empty() || static_cast<size_t>(comm.size()) != hierarchy_.host_of.size()) return nullptr;
+  if (two_level_state_ == 0) two_level_state_ = make_two_level(comm, hierarchy_.host_of, &two_level_) ? 1 : -1;
+  return two_level_state_ == 1 ? &two_level_ : nullptr;
+}
+
+void Executor::reduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline,
+                      double post) {
+  const TwoLevel* tl = op == ReduceOp::ADASUM ? nullptr : two_level(comm);
+  if (tl != nullptr && prefer_two_level(hierarchy_.allreduce_mode, hierarchy_.model, *tl, count * dtype_size(dt),
+                                        false, tuning_)) {
+    hierarchical_allreduce(*tl, buf, count, dt, op, tuning_, deadline, post);
+  } else {
+    phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
+  }
+}
+
 void Executor::run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline) {
+  apply_knobs();
   const Desc& d = *unit.front().agreed;
   if (d.device >= 0 && static_cast<OpType>(d.kind) != OpType::BARRIER) {
     GpuBackend* gpu = gpu_.load(std::memory_order_acquire);
@@ -120,7 +155,7 @@ void Executor::allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, D
       fill_identity(buf, count, dt, op);
     }
     spans(unit, "ALLREDUCE", true);
-    if (count > 0) phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
+    if (count > 0) reduce(comm, buf, count, dt, op, deadline, post);
     spans(unit, "ALLREDUCE", false);
     if (e.op != nullptr) e.op->result.output_shape = d.shape;
     return;
@@ -153,7 +188,7 @@ void Executor::allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, D
     for (size_t bytes : sizes_) counts_.push_back(bytes / esize);
     phv::adasum_allreduce(comm, buf, counts_, dt, deadline, post);
   } else if (total > 0) {
-    phv::allreduce(comm, buf, total / esize, dt, op, tuning_, deadline, post);
+    reduce(comm, buf, total / esize, dt, op, deadline, post);
   }
   spans(unit, "ALLREDUCE", false);
   spans(unit, "MEMCPY_OUT_FUSION_BUFFER", true);
@@ -180,7 +215,14 @@ void Executor::allgather(const Comm& comm, const UnitEntry& e, Deadline deadline
     rows += dim0;
   }
   OutputBytes out = take_output_buffer(static_cast<size_t>(rows) * row_bytes);
-  phv::allgatherv(comm, e.op->req.input, out->data(), bytes, tuning_, deadline);
+  const TwoLevel* tl = two_level(comm);
+  if (tl != nullptr &&
+      prefer_two_level(hierarchy_.allgather_mode, hierarchy_.model, *tl, static_cast<size_t>(rows) * row_bytes, true,
+                       tuning_)) {
+    hierarchical_allgatherv(comm, *tl, hierarchy_.host_of, e.op->req.input, out->data(), bytes, tuning_, deadline);
+  } else {
+    phv::allgatherv(comm, e.op->req.input, out->data(), bytes, tuning_, deadline);
+  }
   e.op->result.output = std::move(out);
   e.op->result.output_shape = with_dim0(d.shape, rows);
 }

@@ -19,7 +19,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
+#include "algorithms/hierarchy.h"
 #include "algorithms/tuning.h"
 #include "backends/gpu_backend.h"
 #include "engine/op.h"
@@ -56,6 +58,11 @@ class Executor {
   void run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
   // Published once by the first CUDA enqueue (another thread), before any CUDA unit can run.
   void set_gpu(GpuBackend* gpu) { gpu_.store(gpu, std::memory_order_release); }
+  // Before the first unit: the host layout and the flat/two-level model (algorithms/hierarchy.h).
+  void set_hierarchy(const Hierarchy& hierarchy) { hierarchy_ = hierarchy; }
+  // From any thread: knobs the next unit uses (autotune). mode < -1 / segment_bytes < 0: unchanged.
+  // Every rank must set the same values before it submits the requests they should apply to.
+  void set_knobs(int allreduce_mode, int64_t segment_bytes);
 
  private:
   void allreduce(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
@@ -65,6 +72,10 @@ class Executor {
   void reducescatter(const Comm& comm, const UnitEntry& e, Deadline deadline);
   void run_gpu(GpuBackend& gpu, const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
   uint8_t* scratch(size_t bytes);
+  void apply_knobs();
+  const TwoLevel* two_level(const Comm& comm);  // nullptr: comm is not the whole job, or one host
+  // allreduce() or hierarchical_allreduce(), by the hierarchy's mode and the model.
+  void reduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline, double post);
   void spans(const std::vector<UnitEntry>& unit, const std::string& name, bool begin);
 
   Tuning tuning_;
@@ -73,6 +84,13 @@ class Executor {
   std::vector<size_t> sizes_;
   std::vector<size_t> counts_;  // elements per request of a fused Adasum unit
   std::atomic<GpuBackend*> gpu_{nullptr};
+  Hierarchy hierarchy_;
+  TwoLevel two_level_;
+  int two_level_state_ = 0;  // 0 not built yet, 1 built, -1 not possible
+  std::mutex knobs_mu_;
+  std::atomic<bool> knobs_pending_{false};
+  int pending_mode_ = -2;
+  int64_t pending_segment_ = -1;
 };
 
 }  // namespace phv

@@ -36,6 +36,8 @@ class Coordinator {
 
   // msgs[r] is rank r's message of this round. The result has `agreed` pointers resolved.
   void decide(const std::vector<RankMessage>& msgs, ResponseList& out);
+  // Between rounds (autotune): the fusion threshold of the units planned from now on.
+  void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
 
  private:
   struct TableEntry {

@@ -91,13 +91,16 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--cycle-time-ms", type=float, help="HOROVOD_CYCLE_TIME")
     t.add_argument("--cache-capacity", type=int, help="HOROVOD_CACHE_CAPACITY (responses cached)")
     t.add_argument("--disable-cache", action="store_true", help="no effect: there is no cache of host checks")
-    _switch(t, "--hierarchical-allreduce", "hierarchical_allreduce", "no effect here (see the note at launch)")
-    _switch(t, "--hierarchical-allgather", "hierarchical_allgather", "no effect here")
-    _switch(t, "--autotune", "autotune", "no effect: pyhorovod has no autotuner")
-    t.add_argument("--autotune-log-file", help="no effect (autotune)")
-    t.add_argument("--autotune-warmup-samples", type=int, help="no effect (autotune)")
-    t.add_argument("--autotune-steps-per-sample", type=int, help="no effect (autotune)")
-    t.add_argument("--autotune-bayes-opt-max-samples", type=int, help="no effect (autotune)")
+    _switch(t, "--hierarchical-allreduce", "hierarchical_allreduce",
+            "HOROVOD_HIERARCHICAL_ALLREDUCE=1 (--no-: 0; neither: chosen per size)")
+    _switch(t, "--hierarchical-allgather", "hierarchical_allgather",
+            "HOROVOD_HIERARCHICAL_ALLGATHER=1 (--no-: 0; neither: chosen per size)")
+    _switch(t, "--autotune", "autotune", "HOROVOD_AUTOTUNE=1: tune fusion, cycle time, hierarchy, segments")
+    t.add_argument("--autotune-log-file", help="HOROVOD_AUTOTUNE_LOG: CSV, one row per trial")
+    t.add_argument("--autotune-warmup-samples", type=int, help="HOROVOD_AUTOTUNE_WARMUP_SAMPLES")
+    t.add_argument("--autotune-steps-per-sample", type=int, help="HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE")
+    t.add_argument("--autotune-bayes-opt-max-samples", type=int,
+                   help="HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: at most this many trials")
     t.add_argument("--autotune-gaussian-process-noise", type=float, help="no effect (autotune)")
     t.add_argument("--timeline-filename", help="HOROVOD_TIMELINE: Chrome-trace timeline written by rank 0")
     _switch(t, "--timeline-mark-cycles", "timeline_mark_cycles", "HOROVOD_TIMELINE_MARK_CYCLES=1")

@@ -250,3 +250,92 @@ def best_servers(m_bytes: float, p: int, net: Network, candidates: Optional[Sequ
     """The server count (from candidates, default 1..p) with the shortest parameter-server time."""
     cands = list(candidates) if candidates else list(range(1, p + 1))
     return min(cands, key=lambda s: parameter_server_time(m_bytes, p, net, servers=s, **kw))
+
+
+# ---------------------------------------------------------------- hosts, hierarchy and compression
+
+@dataclass(frozen=True)
+class Cluster:
+    """H hosts of g workers each. `intra` is the link between two workers of a host (shared memory,
+    NVLink); `inter` is a host's NIC, shared by all its workers (beta: the NIC's rate per direction)."""
+    hosts: int
+    per_host: int
+    intra: Network
+    inter: Network
+
+    def __post_init__(self):
+        if self.hosts < 1 or self.per_host < 1:
+            raise ValueError(f"need hosts >= 1 and per_host >= 1, got {self.hosts} x {self.per_host}")
+
+    @property
+    def workers(self) -> int:
+        return self.hosts * self.per_host
+
+
+def flat_ring_time(m_bytes: float, c: Cluster) -> float:
+    """One ring over all p = H g workers, numbered host by host: each of its 2(p-1) steps moves M/p over
+    every link at once, and with H > 1 each step includes a host-to-host link (one ring edge leaves every
+    host, so a NIC carries one stream each way), which is the slowest: 2(p-1) (alpha_inter + M/(p beta_inter)).
+    On one host it is the ring over intra links."""
+    _check(m_bytes, c.workers)
+    return ring_allreduce_time(m_bytes, c.workers, c.inter if c.hosts > 1 else c.intra)
+
+
+def hierarchical_allreduce_time(m_bytes: float, c: Cluster) -> float:
+    """Reduce-scatter inside each host (g-1 steps of M/g over intra links), then g cross-host ring
+    allreduces at once, each on its shard of M/g over H hosts -- all g share the host's NIC, so the NIC
+    moves g * 2(H-1)/H * M/g = 2(H-1)/H * M each way -- then an allgather inside the host (g-1 steps):
+      T = 2(g-1) alpha_intra + 2(g-1)/g M/beta_intra + 2(H-1) alpha_inter + 2(H-1)/H M/beta_inter.
+    A flat ring's NIC moves 2(p-1)/p M: the saving is the ratio (p-1)/p : (H-1)/H (1.5x at 2 x 2)."""
+    _check(m_bytes, c.workers)
+    local = ring_allreduce_time(m_bytes, c.per_host, c.intra)
+    if c.hosts == 1:
+        return local
+    cross = (2 * (c.hosts - 1) * c.inter.alpha_s + 2 * (c.hosts - 1) / c.hosts * m_bytes / c.inter.beta_bytes_per_s
+             + (c.hosts - 1) / c.hosts * m_bytes / c.per_host * c.inter.gamma_s_per_byte)
+    return local + cross
+
+
+def auto_allreduce_time(m_bytes: float, c: Cluster) -> float:
+    """What an engine that picks the faster of the two per size would take."""
+    return min(flat_ring_time(m_bytes, c), hierarchical_allreduce_time(m_bytes, c))
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A gradient compressor as the network sees it: `ratio` = bytes on the wire / raw bytes (fp16 and
+    bf16: 0.5; PowerSGD rank r on an n x k matrix: r (n + k) / (n k)); `messages` allreduces per call
+    (PowerSGD: 2, one for the P's and one for the Q's); `compute_s_per_byte` the compression plus
+    decompression work per raw byte (casts, or PowerSGD's matrix products and orthogonalisation)."""
+    ratio: float
+    messages: int = 1
+    compute_s_per_byte: float = 0.0
+
+    def __post_init__(self):
+        if not 0 < self.ratio <= 1 or self.messages < 1 or self.compute_s_per_byte < 0:
+            raise ValueError(f"need 0 < ratio <= 1, messages >= 1, compute >= 0; got {self}")
+
+
+NO_COMPRESSION = Compression(1.0)
+
+
+def compressed_allreduce_time(m_bytes: float, comm: Callable[[float], float], comp: Compression) -> float:
+    """comm(bytes) -> seconds of one allreduce. The compressed bytes go in `messages` equal allreduces,
+    one after another, plus the compute: messages * comm(ratio M / messages) + M compute_s_per_byte."""
+    if m_bytes < 0:
+        raise ValueError(f"message size must be >= 0, got {m_bytes}")
+    if m_bytes == 0:
+        return 0.0
+    wire = m_bytes * comp.ratio / comp.messages
+    return comp.messages * comm(wire) + m_bytes * comp.compute_s_per_byte
+
+
+def cluster_step_efficiency(step: StepModel, c: Cluster, algorithm: str = "auto",
+                            comp: Compression = NO_COMPRESSION, overlap: bool = True) -> float:
+    """Weak-scaling efficiency t_c / T of a step on cluster c; algorithm: "flat", "hierarchical" or "auto"."""
+    fn = {"flat": flat_ring_time, "hierarchical": hierarchical_allreduce_time, "auto": auto_allreduce_time}.get(algorithm)
+    if fn is None:
+        raise ValueError(f"algorithm must be flat, hierarchical or auto, got {algorithm!r}")
+    if c.workers == 1:
+        return 1.0
+    return step.compute_s / step_time(step, lambda b: compressed_allreduce_time(b, lambda x: fn(x, c), comp), overlap)

@@ -19,7 +19,7 @@ from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
-from pyhorovod import _api, basics
+from pyhorovod import _api, _autotune, basics
 from pyhorovod.elastic import _membership
 from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
@@ -287,6 +287,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "`with optimizer.skip_synchronize():` when you call synchronize() yourself")
             self.synchronize()
         self._synchronized = False
+        _autotune.on_step()
         if self._lr_policy is None:
             return super(self.__class__, self).step(closure)
         base = [group["lr"] for group in self.param_groups]

@@ -1,0 +1,118 @@
+// The two-level collectives (algorithms/hierarchy.h): the model's fit and choice as pure functions, the
+// host grouping, and hierarchical_allreduce / hierarchical_allgatherv exact over threads as ranks for
+// several host layouts (consecutive and interleaved ranks), every dtype and op, uneven counts.
+#include <cstring>
+
+#include "algorithms/hierarchy.h"
+#include "tests/collective_harness.h"
+
+using namespace phv;
+using namespace phv::testing;
+
+namespace {
+
+void test_fit_and_choice() {
+  // T = 2(n-1) alpha + 2(n-1)/n M/beta with alpha = 30 us, beta = 100 MB/s, n = 4: recovered exactly.
+  RingFit truth{30e-6, 1e8};
+  RingFit f = fit_ring(4, 1e5, truth.allreduce_s(4, 1e5), 4e6, truth.allreduce_s(4, 4e6));
+  CHECK(std::abs(f.alpha_s - 30e-6) < 1e-12 && std::abs(f.beta_bytes_per_s - 1e8) < 1e-3, "fit %g %g", f.alpha_s,
+        f.beta_bytes_per_s);
+  CHECK(!fit_ring(4, 1e5, 2.0, 4e6, 1.0).valid(), "a slower small message gives no fit");
+  CHECK(!fit_ring(1, 1e5, 1.0, 4e6, 2.0).valid(), "one rank gives no fit");
+
+  HierarchyModel m;
+  m.flat = {20e-6, 1.25e8};    // the NIC
+  m.local = {10e-6, 2e9};      // shared memory
+  m.cross = {20e-6, 6.25e7};   // each of 2 cross rings gets half the NIC
+  TwoLevel tl;
+  tl.hosts = 2;
+  tl.per_host = 2;
+  Tuning tuning;
+  // 16 MiB: flat 2*3*20us + 1.5*M/125MB/s; hierarchical local(M) + cross(M/2) -- hierarchical wins.
+  CHECK(prefer_two_level(-1, m, tl, 16 << 20, false, tuning), "16 MiB: hierarchical");
+  CHECK(!prefer_two_level(-1, m, tl, 1024, false, tuning), "1 KiB: below the small-message threshold, flat");
+  CHECK(prefer_two_level(1, m, tl, 1024, false, tuning), "mode 1: always");
+  CHECK(!prefer_two_level(0, m, tl, 16 << 20, false, tuning), "mode 0: never");
+  CHECK(!prefer_two_level(-1, HierarchyModel{}, tl, 16 << 20, false, tuning), "no model: flat");
+  // Local links slower than the NIC: the extra local phases never pay off.
+  HierarchyModel slow = m;
+  slow.local = {1e-3, 1e7};
+  CHECK(!prefer_two_level(-1, slow, tl, 16 << 20, false, tuning), "slow local links: flat");
+  CHECK(m.hierarchical_allreduce_s(2, 2, 1e6) == m.local.allreduce_s(2, 1e6) + m.cross.allreduce_s(2, 5e5),
+        "hierarchical = local(M) + cross(M/L)");
+}
+
+void test_grouping() {
+  Comm world;
+  world.members = {0, 1, 2, 3};
+  world.my_index = 3;
+  TwoLevel tl;
+  CHECK(make_two_level(world, {0, 1, 1, 0}, &tl), "interleaved 2x2");
+  CHECK(tl.local.members == std::vector<int>({0, 3}) && tl.local.rank() == 1, "local comm of rank 3");
+  CHECK(tl.cross.members == std::vector<int>({2, 3}) && tl.cross.rank() == 1, "cross comm: 2nd of each host");
+  CHECK(!make_two_level(world, {0, 0, 0, 1}, &tl), "unequal hosts");
+  CHECK(!make_two_level(world, {0, 0, 0, 0}, &tl), "one host");
+  CHECK(!make_two_level(world, {0, 0, 1}, &tl), "layout shorter than the comm");
+}
+
+void test_allreduce(const std::vector<int>& host_of) {
+  const int p = static_cast<int>(host_of.size());
+  for (DataType dt : kTypes) {
+    for (ReduceOp op : kOps) {
+      std::string what = "hierarchical_allreduce p=" + std::to_string(p) + " " + dtype_name(dt) + " " +
+                         reduce_op_name(op);
+      run_world(p, what, [&](const Comm& comm) {
+        TwoLevel tl;
+        if (!make_two_level(comm, host_of, &tl)) throw std::runtime_error("no two levels");
+        const size_t esize = dtype_size(dt);
+        for (size_t count : kCounts) {
+          std::vector<uint8_t> buf(count * esize + 1);
+          for (size_t i = 0; i < count; ++i) store(dt, buf.data(), i, input(dt, op, comm.rank(), i));
+          Tuning tuning;
+          tuning.segment_bytes = 64;  // many segments per shard
+          hierarchical_allreduce(tl, buf.data(), count, dt, op, tuning, soon());
+          for (size_t i = 0; i < count; ++i) {
+            double want = static_cast<double>(expected(dt, op, p, i));
+            CHECK(load(dt, buf.data(), i) == want, "%s count=%zu rank %d i=%zu: got %g want %g", what.c_str(), count,
+                  comm.rank(), i, load(dt, buf.data(), i), want);
+          }
+        }
+      });
+    }
+  }
+}
+
+void test_allgather(const std::vector<int>& host_of) {
+  const int p = static_cast<int>(host_of.size());
+  run_world(p, "hierarchical_allgatherv", [&](const Comm& comm) {
+    TwoLevel tl;
+    if (!make_two_level(comm, host_of, &tl)) throw std::runtime_error("no two levels");
+    for (size_t scale : {0, 1, 7, 1000}) {
+      std::vector<size_t> bytes(static_cast<size_t>(p));
+      size_t total = 0;
+      for (int r = 0; r < p; ++r) total += bytes[static_cast<size_t>(r)] = scale * static_cast<size_t>(r % 3) + (r == 1);
+      std::vector<uint8_t> mine(bytes[static_cast<size_t>(comm.rank())], static_cast<uint8_t>(comm.rank() + 1));
+      std::vector<uint8_t> out(total, 0);
+      hierarchical_allgatherv(comm, tl, host_of, mine.data(), out.data(), bytes, Tuning{}, soon());
+      size_t off = 0;
+      for (int r = 0; r < p; ++r)
+        for (size_t i = 0; i < bytes[static_cast<size_t>(r)]; ++i, ++off)
+          CHECK(out[off] == r + 1, "allgather p=%d scale=%zu rank %d: byte %zu of block %d is %d", p, scale,
+                comm.rank(), i, r, out[off]);
+    }
+  });
+}
+
+}  // namespace
+
+int main() {
+  test_fit_and_choice();
+  test_grouping();
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 1, 1}, {0, 1, 1, 0}, {0, 1}, {0, 0, 0, 1, 1, 1}, {0, 1, 2, 0, 1, 2}, {0, 0, 1, 1, 2, 2, 3, 3}};
+  for (const auto& layout : layouts) {
+    test_allreduce(layout);
+    test_allgather(layout);
+  }
+  return finish("hierarchy_test");
+}

@@ -342,3 +342,15 @@ def test_import_without_ray_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "ERR pyhorovod.ray needs Ray" in out.stdout and "pip install pyhorovod[ray]" in out.stdout, out.stdout
+
+
+@budget(30)
+def test_ray_nodes_as_host_discovery(cluster):
+    from pyhorovod.ray.discovery import RayHostDiscovery
+    names = node_names()
+    found = RayHostDiscovery(cpus_per_slot=1).find_available_hosts_and_slots()
+    assert sorted(found.values()) == [2, 2, 2], found      # the CPU-less head holds no worker
+    d = RayHostDiscovery(cpus_per_slot=0.5)
+    hosts = d.find_available_hosts_and_slots()
+    assert sorted(names[d.node_id(h)] for h in hosts) == list(NODES) and set(hosts.values()) == {4}
+    assert RayHostDiscovery(use_gpu=True).find_available_hosts_and_slots() == {}

@@ -90,14 +90,19 @@ def shortfall(bundles: Sequence[Dict[str, float]], strategy: str) -> str:
             f"or placement groups hold them")
 
 
+def node_hostnames(ip_of: Dict[str, str]) -> Dict[str, str]:
+    """Node id -> the hostname pyhorovod gives the node: its IP, or IP/node id where nodes share an IP
+    (several raylets on one machine), so that two nodes are never taken for one host."""
+    ips = list(ip_of.values())
+    return {n: ip if ips.count(ip) == 1 else f"{ip}/{n[:12]}" for n, ip in ip_of.items()}
+
+
 def assign_ranks(locations: Sequence[Tuple[str, str]]) -> Tuple[List[int], List[SlotInfo]]:
     """locations[i]: (node id, node IP) of worker i, in bundle order. Returns (order, slots): order[rank] is
     the worker that takes that rank, slots[rank] its coordinates. The hostname of a node is its IP, or IP
     plus node id where several nodes share an IP (several raylets on one machine)."""
     node_order = list(dict.fromkeys(node for node, _ in locations))
-    ip_of = {node: ip for node, ip in locations}
-    ips = [ip_of[n] for n in node_order]
-    name = {n: ip_of[n] if ips.count(ip_of[n]) == 1 else f"{ip_of[n]}/{n[:12]}" for n in node_order}
+    name = node_hostnames(dict(locations))
     by_node = {n: [i for i, (node, _) in enumerate(locations) if node == n] for n in node_order}
     order = [i for n in node_order for i in by_node[n]]
     slots = assign_slots([HostSpec(name[n], len(by_node[n])) for n in node_order], len(locations))

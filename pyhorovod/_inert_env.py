@@ -45,7 +45,7 @@ INERT: Dict[str, str] = {
     "HOROVOD_DISABLE_GROUP_FUSION": "grouped collectives are always fused as one unit",
     "HOROVOD_ENABLE_ASYNC_COMPLETION": "GPU completion is always tracked with CUDA events",
     "HOROVOD_DISABLE_NVTX_RANGES": "pyhorovod emits no NVTX ranges",
-    "HOROVOD_ELASTIC": "elastic training is not supported; `pyhorovod run --max-restarts N` restarts the job",
+    "HOROVOD_ELASTIC": "the elastic driver (pyhorovod run --min-np/--max-np) tells its workers by other means",
     "HOROVOD_ENABLE_XLA_OPS": "there is no TensorFlow support",
     "HOROVOD_CCL_*": _CCL,
     "HOROVOD_MLSL_BGT_AFFINITY": _CCL,

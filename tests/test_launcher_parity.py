@@ -101,11 +101,7 @@ def test_single_dash_hostfile_and_timestamped_output(tmp_path):
     assert r.returncode == 0 and re.fullmatch(stamp + r"\[0\]<stdout>:x\n", r.stdout), r
 
 
-def test_elastic_jsrun_and_two_controllers_are_refused():
-    for flags in (["--min-np", "1"], ["--max-np", "4"], ["--host-discovery-script", "d.sh"], ["--slots", "2"],
-                  ["--elastic-timeout", "5"], ["--reset-limit", "1"], ["--blacklist-cooldown-range", "1", "2"]):
-        r = run_launcher(["-np", "1", *flags, "python", "-c", "pass"], timeout=30)
-        assert r.returncode == 2 and "elastic training is not supported" in r.stderr, r
+def test_jsrun_and_two_controllers_are_refused():
     r = run_launcher(["-np", "1", "--jsrun", "python", "-c", "pass"], timeout=30)
     assert r.returncode == 2 and "--jsrun is not supported" in r.stderr, r
     r = run_launcher(["-np", "1", "--gloo", "--mpi", "python", "-c", "pass"], timeout=30)

@@ -12,7 +12,7 @@ The protocol, all through the rendezvous store the driver hosts (keys under PREF
     driver: set  hosts            = JSON {"version": v, "removed_only": bool}   when hosts change
 
 The record is {"gen", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "hostname",
-"homogeneous"},
+"homogeneous", "hosts_version"},
 or {"stop": reason} for a worker the driver lets go (its host left the discovery, or the job is over).
 A worker asks at its first init() and at every init() after a shutdown(): `hvd.elastic.run` does
 `shutdown(); init()` on a reset, so an elastic reset is the same call sequence as a Horovod one.
@@ -56,6 +56,7 @@ class Assignment:
     cross_size: int
     hostname: str
     homogeneous: bool
+    hosts_version: int   # the driver's hosts record when the generation formed (it includes every change)
 
 
 def want_key(worker_id: str) -> str:
@@ -167,3 +168,13 @@ def host_update() -> Tuple[int, bool]:
                 return 0, False
             record = json.loads(bytes(_session.store.get(HOSTS_KEY, 5.0)).decode())
     return int(record["version"]), bool(record["removed_only"])
+
+
+def hosts_changed() -> Optional[bool]:
+    """None while the hosts are as they were when this worker's generation formed; else removed_only
+    (True: only hosts were removed since). Reads the store: rank 0 calls it at a commit and broadcasts."""
+    a = _session.assignment
+    if a is None:
+        return None
+    version, removed_only = host_update()
+    return removed_only if version > a.hosts_version else None

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set
 from pyhorovod import _compat as horovod_alias
 from pyhorovod._config import Config, get_float, store_limits
 
-from . import config_file, horovod_flags, output, remote
+from . import config_file, elastic_flags, horovod_flags, output, remote
 from . import hosts as hostlib
 from .launch import LaunchOptions, run_job
 
@@ -67,6 +67,7 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
     ssh.add_argument("--rsh-agent", default=os.environ.get("PYHOROVOD_RSH_AGENT"),
                      help="command used instead of ssh, called as AGENT HOST COMMAND (env PYHOROVOD_RSH_AGENT)")
     horovod_flags.add_flags(p)
+    elastic_flags.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs, with its arguments")
     return p
 
@@ -186,13 +187,11 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
     if args.jsrun:
         output.emit("error: --jsrun is not supported; use pyhorovod's own launcher (the default) or --mpi")
         return 2
-    refused = horovod_flags.refusal(args)
-    if refused:
-        output.emit(f"error: {refused}")
-        return 2
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing the command each rank runs (e.g. python train.py)")
+    if elastic_flags.wanted(args):
+        return _run_elastic(args, command, extra_env)
     try:
         if args.hostfile:
             host_specs = hostlib.parse_hostfile(args.hostfile)
@@ -244,6 +243,53 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         return 2
     try:
         return run_job(opts)
+    except RuntimeError as e:
+        output.emit(f"error: {e}")
+        return 1
+
+
+def _run_elastic(args, command: List[str], extra_env) -> int:
+    from .elastic_driver import ElasticOptions, run_elastic
+    discovery = None
+    try:
+        if args.mpi:
+            raise ValueError("--mpi cannot start an elastic job: mpirun's jobs have a fixed size")
+        if args.max_restarts:
+            raise ValueError("--max-restarts and elastic flags exclude each other: an elastic job re-forms "
+                             "itself after a failure instead of restarting")
+        host_specs = None
+        if args.hostfile:
+            host_specs = hostlib.parse_hostfile(args.hostfile)
+        elif args.hosts:
+            host_specs = hostlib.parse_hosts(args.hosts)
+        np, min_np, max_np, timeout, discovery = elastic_flags.options(args, host_specs)
+        local = hostlib.LocalHosts()
+        initial = [hostlib.HostSpec(h, n) for h, n in discovery.current().items()]
+        bind_host = _store_host(args, initial, {h.hostname for h in initial if h.hostname in local})
+        knobs = knob_env(args)
+        check_rank_env(knobs)
+        for note in horovod_flags.inert_notes(args):
+            output.emit(note)
+        if extra_env is not None:
+            knobs.update(extra_env(bind_host))
+        kill_grace = get_float(os.environ, "PYHOROVOD_KILL_GRACE_SECONDS", minimum=0.0)
+        launch = LaunchOptions(
+            command=command, slots=[], local_hosts=local, bind_host=bind_host, env=knobs,
+            output_dir=args.output_filename, console_ranks=parse_ranks_filter(args.ranks_filter, 1 << 30),
+            verbose=args.verbose, prefix_timestamp=args.prefix_timestamp,
+            agent=remote.agent_argv(args.rsh_agent, args.ssh_port, args.ssh_identity_file),
+            secret_in_file=args.secret_file, kill_grace_s=3.0 if kill_grace is None else kill_grace)
+        opts = ElasticOptions(launch=launch, discovery=discovery, np=np, min_np=min_np, max_np=max_np,
+                              elastic_timeout_s=timeout, reset_limit=args.reset_limit,
+                              cooldown_range=tuple(args.blacklist_cooldown_range)
+                              if args.blacklist_cooldown_range else None)
+    except (ValueError, RuntimeError, OSError) as e:
+        if discovery is not None:
+            discovery.close()
+        output.emit(f"error: {e}")
+        return 2
+    try:
+        return run_elastic(opts)
     except RuntimeError as e:
         output.emit(f"error: {e}")
         return 1

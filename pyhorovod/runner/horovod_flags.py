@@ -1,11 +1,11 @@
-"""horovodrun's tuning, library, autotune, timeline, stall-check, logging and elastic flags.
+"""horovodrun's tuning, library, autotune, timeline, stall-check and logging flags (the elastic ones are in
+elastic_flags.py).
 
 Horovod's launcher turns these flags into HOROVOD_* variables for the ranks; so does this one, with the
 same names and units. A flag is
   * honoured: its variable is exported and the ranks read it (pyhorovod/_config.py);
   * inert: accepted, not exported, and named in one line at launch with the reason, which comes from
-    pyhorovod/_inert_env.py (so honouring a variable later also honours its flag);
-  * refused: elastic training, which pyhorovod lacks, fails the launch rather than running a different job.
+    pyhorovod/_inert_env.py (so honouring a variable later also honours its flag).
 """
 from __future__ import annotations
 
@@ -72,11 +72,6 @@ LAUNCHER_ONLY_INERT = {
                           "within a host too)"),
 }
 
-ELASTIC = {"min_np": "--min-np", "max_np": "--max-np", "slots_per_host": "--slots-per-host",
-           "elastic_timeout": "--elastic-timeout", "reset_limit": "--reset-limit",
-           "blacklist_cooldown_range": "--blacklist-cooldown-range",
-           "host_discovery_script": "--host-discovery-script"}
-
 # Flags whose value must not be negative (the variable would be rejected by every rank at init()).
 NON_NEGATIVE = ("fusion_threshold_mb", "cycle_time_ms", "cache_capacity", "stall_check_warning_time_seconds",
                 "stall_check_shutdown_time_seconds", "gloo_timeout_seconds")
@@ -131,23 +126,6 @@ def add_flags(p: argparse.ArgumentParser) -> None:
                    help=argparse.SUPPRESS)
     log.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", dest="prefix_timestamp",
                      action="store_true", help="begin each output line with the local time")
-    el = p.add_argument_group("elastic (not supported: refused)")
-    el.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, help=argparse.SUPPRESS)
-    el.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, help=argparse.SUPPRESS)
-    el.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, help=argparse.SUPPRESS)
-    el.add_argument("--elastic-timeout", type=int, help=argparse.SUPPRESS)
-    el.add_argument("--reset-limit", type=int, help=argparse.SUPPRESS)
-    el.add_argument("--blacklist-cooldown-range", type=int, nargs=2, help=argparse.SUPPRESS)
-    el.add_argument("--host-discovery-script", help=argparse.SUPPRESS)
-
-
-def refusal(args: argparse.Namespace) -> Optional[str]:
-    """Why the launch must not go ahead (an elastic flag), or None."""
-    given = [flag for dest, flag in ELASTIC.items() if getattr(args, dest) is not None]
-    if given:
-        return (f"{', '.join(given)}: elastic training is not supported by pyhorovod "
-                f"(--max-restarts N restarts the whole job after a failure)")
-    return None
 
 
 def knob_env(args: argparse.Namespace) -> Dict[str, str]:

@@ -37,7 +37,7 @@ class SlotInfo:
     cross_size: int
 
 
-def _parse_slots(text: str, where: str) -> int:
+def parse_slots(text: str, where: str) -> int:
     try:
         slots = int(text)
     except ValueError:
@@ -60,10 +60,10 @@ def parse_hosts(text: str) -> List[HostSpec]:
             if end < 0:
                 raise ValueError(f"-H: unterminated '[' in {item!r}")
             name, rest = item[1:end], item[end + 1:]
-            slots = _parse_slots(rest[1:], "-H") if rest.startswith(":") else 1
+            slots = parse_slots(rest[1:], "-H") if rest.startswith(":") else 1
         elif item.count(":") == 1:
             name, count = item.split(":")
-            slots = _parse_slots(count, "-H")
+            slots = parse_slots(count, "-H")
         else:
             name, slots = item, 1
         if not name:
@@ -90,7 +90,7 @@ def parse_hostfile(path: str) -> List[HostSpec]:
                     raise ValueError(f"{path}:{lineno}: expected 'host slots=N', got {line!r}")
                 if key in ("slots", "max_slots", "max-slots"):
                     if key == "slots":
-                        slots = _parse_slots(value, f"{path}:{lineno}")
+                        slots = parse_slots(value, f"{path}:{lineno}")
                 else:
                     raise ValueError(f"{path}:{lineno}: unknown field {key!r} (expected slots=N)")
             hosts.append(HostSpec(fields[0], slots))
@@ -127,15 +127,23 @@ def assign_slots(hosts: Sequence[HostSpec], np: int) -> List[SlotInfo]:
         remaining -= take
         if remaining == 0:
             break
+    return slots_for([name for name, _ in placed])
+
+
+def slots_for(hostnames: Sequence[str]) -> List[SlotInfo]:
+    """The coordinates of ranks 0, 1, ... placed on hostnames[0], hostnames[1], ...: a rank's local rank
+    counts the ranks before it on its host; hosts are ordered by their first rank."""
     local_size: Dict[str, int] = {}
-    for name, _ in placed:
+    placed = []
+    for name in hostnames:
+        placed.append((name, local_size.get(name, 0)))
         local_size[name] = local_size.get(name, 0) + 1
-    host_order = list(dict.fromkeys(name for name, _ in placed))
+    host_order = list(dict.fromkeys(hostnames))
     slots_out = []
     for rank, (name, lr) in enumerate(placed):
         # Hosts with at least lr+1 ranks, in host order: this host's position among them is the cross rank.
         peers = [n for n in host_order if local_size[n] > lr]
-        slots_out.append(SlotInfo(rank=rank, size=np, hostname=name, local_rank=lr,
+        slots_out.append(SlotInfo(rank=rank, size=len(hostnames), hostname=name, local_rank=lr,
                                   local_size=local_size[name], cross_rank=peers.index(name),
                                   cross_size=len(peers)))
     return slots_out
@@ -201,6 +209,19 @@ def is_local(hostname: str, addresses: Optional[Dict[str, str]] = None) -> bool:
         if addr in addresses or ipaddress.ip_address(addr).is_loopback:
             return True
     return False
+
+
+class LocalHosts:
+    """`name in LocalHosts()`: is_local(name), asked once per name (hosts that discovery adds later)."""
+
+    def __init__(self):
+        self._addresses = local_addresses()
+        self._known: Dict[str, bool] = {}
+
+    def __contains__(self, hostname: str) -> bool:
+        if hostname not in self._known:
+            self._known[hostname] = is_local(hostname, self._addresses)
+        return self._known[hostname]
 
 
 def route_source_address(remote_host: str) -> str:

@@ -24,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -33,7 +32,8 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from . import output, remote
 from .hosts import SlotInfo
-from .ranks import RankProcess, feed, start_rank_process
+from .ranks import RankProcess
+from .spawn import spawn_rank
 
 RESTART_ENV = "PYHOROVOD_RESTART_COUNT"
 # A rank has "reached rendezvous" when one of these store keys exists ("{rank}" = its rank). Its first
@@ -131,44 +131,10 @@ class Attempt:
         self.output_closed = False             # the reader of the launcher's output went away
         self._secret_dir: Optional[str] = None
 
-    # ---- starting ---------------------------------------------------------------------------------
     def _spawn(self, slot: SlotInfo, job_env: Dict[str, str], secret_hex: str) -> RankProcess:
-        opts = self.opts
-        is_remote = slot.hostname not in opts.local_hosts
         header = None if self.restart == 0 else f"----- pyhorovod: restart {self.restart} -----"
-        logs = [None, None]
-        if opts.output_dir:
-            d = output.rank_log_dir(opts.output_dir, slot.rank)
-            logs = [os.path.join(d, "stdout"), os.path.join(d, "stderr")]
-        if is_remote:
-            env = remote.forwardable_env(os.environ)
-            env.update(job_env)
-            env["PYHOROVOD_SECRET"] = secret_hex  # travels on ssh's stdin, see remote.py
-            argv = remote.ssh_argv(opts.agent, slot.hostname, opts.command, opts.cwd)
-            proc = start_rank_process(argv, stdin=subprocess.PIPE)
-            # On a thread: an agent that does not read (ssh still connecting) must not block the launcher.
-            threading.Thread(target=feed, args=(proc.stdin, remote.stdin_payload(env)), daemon=True).start()
-        else:
-            env = dict(os.environ)
-            env.pop("PYHOROVOD_SECRET", None)
-            env.pop("PYHOROVOD_SECRET_FILE", None)
-            env.pop("PYHOROVOD_SECRET_FILE_ONCE", None)
-            env.update(job_env)
-            if self._secret_dir:
-                env["PYHOROVOD_SECRET_FILE"] = os.path.join(self._secret_dir, f"secret.{slot.rank}")
-                env["PYHOROVOD_SECRET_FILE_ONCE"] = "1"
-            else:
-                env["PYHOROVOD_SECRET"] = secret_hex
-            argv = list(opts.command)
-            proc = start_rank_process(argv, stdin=subprocess.DEVNULL, env=env, cwd=opts.cwd)
-        output.emit(f"rank {slot.rank} on {slot.hostname} ({'remote' if is_remote else 'local'}, "
-                    f"pid {proc.pid}): {argv!r}", verbose_only=True, verbose=opts.verbose)
-        shown = opts.console_ranks is None or slot.rank in opts.console_ranks
-        pumps = [output.StreamPump(slot.rank, name, pipe, sink() if shown else None, log, header,
-                                   opts.prefix_timestamp, on_sink_closed=self._output_closed)
-                 for name, pipe, sink, log in (("stdout", proc.stdout, output.stdout_sink, logs[0]),
-                                               ("stderr", proc.stderr, output.stderr_sink, logs[1]))]
-        return RankProcess(slot, proc, is_remote, pumps, self.wake)
+        return spawn_rank(self.opts, slot, job_env, secret_hex, self.wake, self._output_closed,
+                          self._secret_dir, header)
 
     def _output_closed(self) -> None:
         self.output_closed = True

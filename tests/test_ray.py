@@ -28,8 +28,7 @@ def cluster():
         # The dashboard serves Ray's state API, which the tests check leftovers with; any free port.
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
                                                           "dashboard_port": _free_port()})
-        for name in NODES:
-            c.add_node(num_cpus=2, resources={name: 100})
+        c.named = {name: c.add_node(num_cpus=2, resources={name: 100}) for name in NODES}
         # The workers import this file's functions by name (cloudpickle pickles them by reference).
         ray.init(address=c.address, runtime_env={"env_vars": {"PYTHONPATH": f"{ROOT}:{TESTS}"}})
         c.wait_for_nodes()
@@ -354,3 +353,95 @@ def test_ray_nodes_as_host_discovery(cluster):
     hosts = d.find_available_hosts_and_slots()
     assert sorted(names[d.node_id(h)] for h in hosts) == list(NODES) and set(hosts.values()) == {4}
     assert RayHostDiscovery(use_gpu=True).find_available_hosts_and_slots() == {}
+
+
+def _shrunk_and_regrown(sizes, after):
+    runs = [n for i, n in enumerate(sizes) if i == 0 or sizes[i - 1] != n]
+    return runs[:3] == [3, 2, 3] and sizes[-after:] == [3] * after
+
+
+def elastic_train(max_steps, step_s):
+    """An elastic worker: at each (re)start init() gives it a place, rank 0's state is broadcast, and each
+    step allreduces (sum) every rank's rank, so that the state records the job's size at every step.
+    Resets on a collective error (a worker died) and when rank 0 sees the hosts change. Trains until the
+    job has run at 3, 2 and again 3 workers (then 5 steps more), or max_steps."""
+    import ray as ray_
+    import torch
+    import pyhorovod.torch as hvd
+    from pyhorovod.elastic import _membership
+    from pyhorovod.errors import HorovodInternalError, HostsUpdatedInterrupt
+    from pyhorovod.ray import report
+    state = {"step": 0, "w": 0.0, "sizes": []}
+    while True:
+        hvd.init()
+        try:
+            state = hvd.broadcast_object(state, root_rank=0)
+            while state["step"] < max_steps and not _shrunk_and_regrown(state["sizes"], 5):
+                changed = hvd.broadcast_object(_membership.hosts_changed() if hvd.rank() == 0 else None, root_rank=0)
+                if changed is not None:
+                    raise HostsUpdatedInterrupt(changed)
+                total = hvd.allreduce(torch.tensor([float(hvd.rank())], dtype=torch.float64), op=hvd.Sum)
+                state = {"step": state["step"] + 1, "w": state["w"] + float(total[0]),
+                         "sizes": state["sizes"] + [hvd.size()]}
+                report({"step": state["step"], "size": hvd.size()})
+                time.sleep(step_s)
+            return {"state": state, "node": ray_.get_runtime_context().get_node_id()}
+        except (HorovodInternalError, HostsUpdatedInterrupt):
+            hvd.shutdown()
+
+
+@budget(150)
+def test_elastic_job_survives_a_removed_node_and_grows_to_an_added_one(cluster):
+    """Last in the file: it changes the cluster (node_c leaves, node_d joins)."""
+    import threading
+    from pyhorovod.ray import ElasticRayExecutor, RayExecutor
+    with pytest.raises(ValueError, match="exclude num_workers"):
+        RayExecutor(RayExecutor.create_settings(), num_workers=2, min_workers=2)
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=3, elastic_timeout=60, timeout_s=30)
+    ex = ElasticRayExecutor(settings, cpus_per_slot=2)    # one worker per node
+    ex.start()
+    seen = []
+    changed = threading.Event()
+    out = {}
+
+    def watch(m):
+        seen.append(m)
+        changed.set()
+
+    def until(cond, what, limit=60):
+        deadline = time.monotonic() + limit
+        while not cond():
+            assert time.monotonic() < deadline and "error" not in out, f"{what}: {seen[-3:]} {out}"
+            changed.wait(0.5)
+            changed.clear()
+
+    def runner():
+        try:
+            out["results"] = ex.run(lambda: elastic_train(1000, 0.05), callbacks=[watch])
+        except BaseException as e:  # noqa: BLE001 -- handed to the test's thread
+            out["error"] = e
+    t = threading.Thread(target=runner, daemon=True)
+    t.start()
+    try:
+        until(lambda: any(m["size"] == 3 and m["step"] >= 5 for m in seen), "3 workers training")
+        # Any node but the one this (driver) process is connected to: Ray refuses to remove that one.
+        mine = ray.get_runtime_context().get_node_id()
+        victim = next(n for n in ("node_c", "node_b", "node_a") if cluster.named[n].node_id != mine)
+        cluster.remove_node(cluster.named[victim])
+        until(lambda: seen[-1]["size"] == 2, "the 2 survivors training")
+        cluster.named["node_d"] = cluster.add_node(num_cpus=2, resources={"node_d": 100})
+        until(lambda: seen[-1]["size"] == 3 and len([m for m in seen if m["size"] == 2]) > 0, "grown to node_d")
+        t.join(90)
+    finally:
+        ex.shutdown()
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert len(results) == 3
+    states = [r["state"] for r in results]
+    assert all(s == states[0] for s in states), states          # identical final state on every worker
+    sizes = states[0]["sizes"]
+    assert _shrunk_and_regrown(sizes, 5) and len(sizes) == states[0]["step"] < 1000, sizes
+    assert states[0]["w"] == sum(n * (n - 1) / 2 for n in sizes)
+    names = {n["NodeID"]: [r for r in n["Resources"] if r.startswith("node_")] for n in ray.nodes() if n["Alive"]}
+    assert sorted(names[r["node"]][0] for r in results) == sorted(set(NODES) - {victim} | {"node_d"})
+    assert_nothing_left()

@@ -19,8 +19,9 @@ except ImportError as e:
     raise ImportError(f"pyhorovod.ray needs Ray, which is not installed ({e}): pip install pyhorovod[ray] "
                       f"(or pip install 'ray[default]')") from None
 
+from .elastic import ElasticRayExecutor
 from .executor import RayExecutor
 from .progress import report
 from .settings import RaySettings
 
-__all__ = ["RayExecutor", "RaySettings", "report"]
+__all__ = ["ElasticRayExecutor", "RayExecutor", "RaySettings", "report"]

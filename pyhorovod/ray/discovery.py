@@ -9,6 +9,8 @@ that are not alive, or cannot hold one worker, are left out.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from typing import Dict, Optional
 
 import ray
@@ -18,12 +20,19 @@ from .placement import node_hostnames
 
 class RayHostDiscovery:
     """find_available_hosts_and_slots() -> {hostname: slots}; node_id(hostname) -> the Ray node id, so
-    that a worker meant for a host can be pinned to its node."""
+    that a worker meant for a host can be pinned to its node. current() and close(): the interface of the
+    elastic driver's discovery (runner/discovery.HostDiscovery); current() asks Ray at most every
+    interval_s (the driver asks several times a tick)."""
 
-    def __init__(self, use_gpu: bool = False, cpus_per_slot: float = 1, gpus_per_slot: Optional[float] = None):
+    def __init__(self, use_gpu: bool = False, cpus_per_slot: float = 1, gpus_per_slot: Optional[float] = None,
+                 interval_s: float = 0.5):
         self.cpus_per_slot = cpus_per_slot
         self.gpus_per_slot = (gpus_per_slot or 1) if use_gpu else 0
+        self.interval_s = interval_s
         self._node_of: Dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._cached: Optional[Dict[str, int]] = None
+        self._asked_at = 0.0
 
     def slots_of(self, resources: Dict[str, float]) -> int:
         counts = []
@@ -37,7 +46,6 @@ class RayHostDiscovery:
         alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         names = node_hostnames({node: n["NodeManagerAddress"] for node, n in alive.items()})
         hosts = {}
-        self._node_of = {}
         for node, n in alive.items():
             slots = self.slots_of(n.get("Resources", {}))
             if slots > 0:
@@ -47,3 +55,14 @@ class RayHostDiscovery:
 
     def node_id(self, hostname: str) -> Optional[str]:
         return self._node_of.get(hostname)
+
+    def current(self) -> Dict[str, int]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._asked_at >= self.interval_s:
+                self._cached = self.find_available_hosts_and_slots()
+                self._asked_at = now
+            return dict(self._cached)
+
+    def close(self) -> None:
+        pass

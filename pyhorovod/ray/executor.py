@@ -38,7 +38,20 @@ class RayExecutor:
     def __init__(self, settings: Optional[settings_mod.RaySettings] = None, num_workers: Optional[int] = None,
                  num_hosts: Optional[int] = None, num_workers_per_host: int = 1, cpus_per_worker: float = 1,
                  use_gpu: bool = False, gpus_per_worker: Optional[float] = None,
-                 use_current_placement_group: bool = True):
+                 use_current_placement_group: bool = True, min_workers: Optional[int] = None,
+                 max_workers: Optional[int] = None, reset_limit: Optional[int] = None, cooldown_range=None,
+                 elastic_timeout: float = 600, override_discovery: bool = True):
+        self._elastic = None
+        if min_workers is not None or max_workers is not None:
+            if num_workers is not None or num_hosts is not None:
+                raise ValueError("RayExecutor: min_workers/max_workers (an elastic job) exclude num_workers "
+                                 "and num_hosts")
+            from .elastic import from_executor_arguments
+            self.settings = settings or settings_mod.create_settings()
+            self._elastic = from_executor_arguments(self.settings, min_workers or 1, max_workers, reset_limit,
+                                                    cooldown_range, elastic_timeout, override_discovery,
+                                                    cpus_per_worker, use_gpu, gpus_per_worker)
+            return
         if num_workers is not None and num_hosts is not None:
             raise ValueError("RayExecutor: give num_workers or num_hosts (with num_workers_per_host), not both")
         if num_workers is None and num_hosts is None:
@@ -70,6 +83,12 @@ class RayExecutor:
     def start(self, executable_cls: Optional[type] = None, executable_args: Optional[Sequence] = None,
               executable_kwargs: Optional[Dict[str, Any]] = None,
               extra_env_vars: Optional[Dict[str, str]] = None) -> None:
+        if self._elastic is not None:
+            if executable_cls is not None:
+                raise ValueError("RayExecutor.start: executable_cls is for a fixed-size job; an elastic one "
+                                 "(min_workers) runs functions only")
+            self._elastic._env.update(extra_env_vars or {})
+            return self._elastic.start()
         if self.workers:
             raise RuntimeError("RayExecutor.start: already started; shutdown() first")
         if not ray.is_initialized():
@@ -129,7 +148,10 @@ class RayExecutor:
     # ---- running ----------------------------------------------------------------------------------
     def run(self, fn: Callable, args: Optional[Sequence] = None, kwargs: Optional[Dict[str, Any]] = None,
             callbacks: Optional[Sequence[Callable[[Any], None]]] = None) -> List[Any]:
-        """fn(*args, **kwargs) on every rank; their results in rank order."""
+        """fn(*args, **kwargs) on every rank; their results in rank order (elastic: of the workers that
+        returned, in the order of their last ranks)."""
+        if self._elastic is not None:
+            return self._elastic.run(lambda: fn(*(args or ()), **(kwargs or {})), callbacks=callbacks)
         self._check_started("run", fn)
         queue = self._relay.open(callbacks)
         return self._wait([w.run.remote(fn, args, kwargs, queue) for w in self.workers])
@@ -152,6 +174,8 @@ class RayExecutor:
         return self._wait([self.workers[0].execute.remote(fn)])[0]
 
     def _check_started(self, method: str, fn) -> None:
+        if self._elastic is not None:
+            raise ValueError(f"RayExecutor.{method}: an elastic job (min_workers) has run() only")
         if not self.workers:
             raise RuntimeError(f"RayExecutor.{method}: the executor is not started; call start() first")
         if not callable(fn):
@@ -197,6 +221,8 @@ class RayExecutor:
     # ---- shutdown ---------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Kills the actors, removes the placement group it made, closes the store. Harmless twice."""
+        if self._elastic is not None:
+            return self._elastic.shutdown()
         workers, self.workers = self.workers, []
         for w in workers:
             ray.kill(w, no_restart=True)

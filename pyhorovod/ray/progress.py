@@ -15,8 +15,17 @@ _queue = None   # in a worker: the executor's queue while a run with callbacks i
 
 def report(value: Any) -> None:
     """Sends value (picklable) to the driver's callbacks, from rank 0; elsewhere, a no-op."""
-    if _queue is not None:
+    if _queue is not None and _is_rank_zero():
         _queue.put(value, timeout=60)
+
+
+def _is_rank_zero() -> bool:
+    import pyhorovod
+    try:
+        return pyhorovod.rank() == 0
+    except ValueError:   # not initialized (yet): the rank the executor gave this worker
+        import os
+        return os.environ.get("PYHOROVOD_RANK") == "0"
 
 
 def set_worker_queue(queue) -> None:

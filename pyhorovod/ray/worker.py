@@ -13,6 +13,10 @@ import socket
 from typing import Any, Callable, Dict, Optional, Tuple
 
 
+# What an elastic worker's call returns when the driver let the worker go (init() raised WorkerStopped).
+STOPPED = "pyhorovod.ray: worker stopped by the elastic driver"
+
+
 class RayWorker:
     def __init__(self, secret: bytes):
         from pyhorovod import _rendezvous
@@ -28,7 +32,7 @@ class RayWorker:
 
     def set_env(self, env: Dict[str, str]) -> None:
         os.environ.update(env)
-        self.rank = int(env["PYHOROVOD_RANK"])
+        self.rank = int(env["PYHOROVOD_RANK"]) if "PYHOROVOD_RANK" in env else None   # None: elastic
 
     def start_executable(self, cls, args, kwargs) -> None:
         self.executable = cls(*(args or ()), **(kwargs or {}))
@@ -36,13 +40,22 @@ class RayWorker:
     def run(self, fn: Callable, args, kwargs, queue=None) -> Any:
         return self._call(queue, fn, *(args or ()), **(kwargs or {}))
 
+    def run_elastic(self, fn: Callable, queue=None) -> Any:
+        """fn() in a worker of an elastic driver: STOPPED when the driver lets it go."""
+        from pyhorovod.elastic._membership import WorkerStopped
+        try:
+            return self._call(queue, fn)
+        except WorkerStopped:
+            return STOPPED
+
     def execute(self, fn: Callable, queue=None) -> Any:
         """fn(executable): the executable start() made (None without one)."""
         return self._call(queue, fn, self.executable)
 
     def _call(self, queue, fn, *args, **kwargs):
         from . import progress
-        progress.set_worker_queue(queue if self.rank == 0 else None)
+        # A fixed job knows rank 0 now; in an elastic one ranks change, and report() checks at each call.
+        progress.set_worker_queue(queue if self.rank in (0, None) else None)
         try:
             return fn(*args, **kwargs)
         except BaseException:

@@ -220,6 +220,36 @@ def test_local_and_cross_ranks_follow_the_placement(cluster):
         [(0, 1, r, 3) for r in range(3)]
 
 
+def _inside_a_trial():
+    """Runs as a Ray task in a placement group (as a Ray Tune trial does): the executor's workers go into
+    that group instead of one of their own."""
+    from ray.util.placement_group import get_current_placement_group
+    ex = executor(num_workers=2)
+    ex.start()
+    try:
+        return get_current_placement_group().id.hex(), ex._pg, ex.run(coordinates)
+    finally:
+        ex.shutdown()
+
+
+@budget(90)
+def test_workers_use_the_current_placement_group(cluster):
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert ray.get(pg.ready(), timeout=60)
+    try:
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        pg_id, own_pg, coords = ray.get(ray.remote(_inside_a_trial).options(
+            num_cpus=0, scheduling_strategy=strategy).remote(), timeout=80)
+        bundle_nodes = set(ray.util.placement_group_table(pg)["bundles_to_node_id"].values())
+    finally:
+        remove_placement_group(pg)
+    assert pg_id == pg.id.hex() and own_pg is None
+    _check_coordinates(coords)
+    assert {c["node"] for c in coords} == bundle_nodes
+
+
 @budget(60)
 def test_failing_rank_makes_run_raise_naming_rank_and_node(cluster):
     ex = executor(num_hosts=2, num_workers_per_host=1)

@@ -31,7 +31,7 @@ from pyhorovod.runner.ranks import RankProcess
 from . import settings as settings_mod
 from .discovery import RayHostDiscovery
 from .progress import CallbackRelay
-from .worker import STOPPED, RayWorker
+from .worker import RayWorker, Stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +89,8 @@ class _ActorCall:
         self.actor, self.ref, self.output = actor, ref, output
         self.pid = f"actor {actor._actor_id.hex()[:8]}"
         self.stdin = None
-        self.result: Any = STOPPED
+        self.result: Any = None
+        self.returned = False   # the worker function returned (not let go, not failed)
         self.why = ""
         self.killed = threading.Event()
 
@@ -99,6 +100,7 @@ class _ActorCall:
         code = 0
         try:
             self.result = ray.get(self.ref, timeout=5.0)
+            self.returned = not isinstance(self.result, Stopped)
         except RayActorError as e:   # before RayTaskError: Ray raises some actor deaths as both
             code, self.why = -9, "died (its node left the cluster, or it was killed)"
             self.output.text = str(e)
@@ -128,6 +130,10 @@ class ActorProcess(RankProcess):
     @property
     def result(self) -> Any:
         return self.call.result
+
+    @property
+    def returned(self) -> bool:
+        return self.call.returned
 
     def signal(self, sig: int) -> None:
         if self.running:
@@ -228,7 +234,7 @@ class ElasticRayExecutor:
         self._relay.drain()
         if code != 0:
             raise RuntimeError(f"ElasticRayExecutor.run: the job failed: {self.driver.failure or f'status {code}'}")
-        finished = [w for w in self.driver.workers if w.proc.result is not STOPPED and w.proc.returncode == 0]
+        finished = [w for w in self.driver.workers if w.proc.returned]
         return [w.proc.result for w in sorted(finished, key=lambda w: (w.rank is None, w.rank or 0, w.seq))]
 
     def _relay_until(self, done: threading.Event) -> None:

@@ -13,8 +13,11 @@ import socket
 from typing import Any, Callable, Dict, Optional, Tuple
 
 
-# What an elastic worker's call returns when the driver let the worker go (init() raised WorkerStopped).
-STOPPED = "pyhorovod.ray: worker stopped by the elastic driver"
+class Stopped:
+    """What an elastic worker's call returns when the driver let the worker go (init() raised WorkerStopped)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
 
 class RayWorker:
@@ -41,12 +44,12 @@ class RayWorker:
         return self._call(queue, fn, *(args or ()), **(kwargs or {}))
 
     def run_elastic(self, fn: Callable, queue=None) -> Any:
-        """fn() in a worker of an elastic driver: STOPPED when the driver lets it go."""
+        """fn() in a worker of an elastic driver: Stopped when the driver lets it go."""
         from pyhorovod.elastic._membership import WorkerStopped
         try:
             return self._call(queue, fn)
-        except WorkerStopped:
-            return STOPPED
+        except WorkerStopped as e:
+            return Stopped(e.reason)
 
     def execute(self, fn: Callable, queue=None) -> Any:
         """fn(executable): the executable start() made (None without one)."""

@@ -472,3 +472,18 @@ def test_elastic_job_survives_a_removed_node_and_grows_to_an_added_one(cluster):
     names = {n["NodeID"]: [r for r in n["Resources"] if r.startswith("node_")] for n in ray.nodes() if n["Alive"]}
     assert sorted(names[r["node"]][0] for r in results) == sorted(set(NODES) - {victim} | {"node_d"})
     assert_nothing_left()
+
+
+def test_ranks_are_ordered_node_by_node():
+    """Workers placed a, b, a, c, b (bundle order) take ranks a a b b c; hostnames are the IPs, or IP/node
+    id where nodes share an IP."""
+    from pyhorovod.ray.placement import assign_ranks
+    locations = [("aaaa" * 8, "10.0.0.1"), ("bbbb" * 8, "10.0.0.2"), ("aaaa" * 8, "10.0.0.1"),
+                 ("cccc" * 8, "10.0.0.3"), ("bbbb" * 8, "10.0.0.2")]
+    order, slots = assign_ranks(locations)
+    assert order == [0, 2, 1, 4, 3]
+    assert [(s.hostname, s.local_rank, s.local_size, s.cross_rank, s.cross_size) for s in slots] == [
+        ("10.0.0.1", 0, 2, 0, 3), ("10.0.0.1", 1, 2, 0, 2), ("10.0.0.2", 0, 2, 1, 3), ("10.0.0.2", 1, 2, 1, 2),
+        ("10.0.0.3", 0, 1, 2, 3)]
+    _, shared = assign_ranks([("n1" * 8, "10.0.0.9"), ("n2" * 8, "10.0.0.9")])
+    assert [s.hostname for s in shared] == ["10.0.0.9/n1n1n1n1n1n1", "10.0.0.9/n2n2n2n2n2n2"]

@@ -212,3 +212,17 @@ def test_ranks_are_started_without_a_preexec_fn(monkeypatch, capfd):
     assert cli.run_command(["-np", "2", sys.executable, "-c", "print('ran')"]) == 0
     assert sorted(capfd.readouterr().out.splitlines()) == ["[0]<stdout>:ran", "[1]<stdout>:ran"]
     assert len(calls) == 2 and all(c.get("preexec_fn") is None and c.get("start_new_session") for c in calls), calls
+
+
+def test_a_redraw_that_begins_with_a_carriage_return_gets_one_prefix(tmp_path):
+    # tqdm-style bars write "\rtext": the prefix belongs after the \r, not before it as a line of its own.
+    script = write_script(tmp_path, "bar.py", """
+    import sys
+    for i in range(3):
+        sys.stderr.write(f"\\rstep {i}"); sys.stderr.flush()
+    sys.stderr.write("\\n")
+    """)
+    r = run_launcher(["-np", "1", "python", script], timeout=60)
+    assert r.returncode == 0, r
+    # (run_launcher reads text with universal newlines: each \r arrives as \n.)
+    assert r.stderr == "\n[0]<stderr>:step 0\n[0]<stderr>:step 1\n[0]<stderr>:step 2\n", r

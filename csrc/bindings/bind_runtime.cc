@@ -161,7 +161,9 @@ void register_store(py::module_& m) {
             call_interruptible([&] { s.wait(keys, timeout_s); });
           },
           py::arg("keys"), py::arg("timeout_s"))
-      .def("check", &TcpStoreClient::check, py::arg("key"), py::call_guard<py::gil_scoped_release>());
+      .def("check", &TcpStoreClient::check, py::arg("key"), py::call_guard<py::gil_scoped_release>())
+      .def("delete_prefix", &TcpStoreClient::delete_prefix, py::arg("prefix"),
+           py::call_guard<py::gil_scoped_release>());
 }
 
 void register_options(py::module_& m) {

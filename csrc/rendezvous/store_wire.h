@@ -12,7 +12,8 @@ constexpr uint32_t kRequestMagic = 0x51564850;   // "PHVQ"
 constexpr uint32_t kResponseMagic = 0x52564850;  // "PHVR"
 constexpr size_t kHeaderBytes = 24;
 
-enum Op : uint32_t { OP_SET = 1, OP_GET = 2, OP_ADD = 3, OP_WAIT = 4, OP_CHECK = 5 };
+// OP_DELETE_PREFIX: removes every key that begins with the one key given; the reply value is how many.
+enum Op : uint32_t { OP_SET = 1, OP_GET = 2, OP_ADD = 3, OP_WAIT = 4, OP_CHECK = 5, OP_DELETE_PREFIX = 6 };
 // ST_LIMIT: the request would exceed one of the store's memory limits; the body says which.
 enum Status : uint32_t { ST_OK = 0, ST_TIMEOUT = 1, ST_BAD_REQUEST = 2, ST_LIMIT = 3 };
 

@@ -99,6 +99,12 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, double timeout_s
   if (r.status != ST_OK) throw_error(ErrorKind::INTERNAL, what, " failed: ", r.body);
 }
 
+int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
+  Reply r = call(OP_DELETE_PREFIX, {prefix}, "", 0, deadline_after(timeout_s_),
+                 "store " + address() + ": delete_prefix('" + prefix + "')");
+  return r.value;
+}
+
 bool TcpStoreClient::check(const std::string& key) {
   Reply r = call(OP_CHECK, {key}, "", 0, deadline_after(timeout_s_), "store " + address() + ": check('" + key + "')");
   return r.value != 0;

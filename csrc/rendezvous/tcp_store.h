@@ -85,6 +85,8 @@ class TcpStoreClient : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   void wait(const std::vector<std::string>& keys, double timeout_s) override;
   bool check(const std::string& key) override;
+  // Removes every key beginning with prefix (a finished generation's keys); returns how many.
+  int64_t delete_prefix(const std::string& prefix);
 
   std::string address() const { return join_host_port(host_, port_); }
 

@@ -80,6 +80,15 @@ struct TcpStoreServer::State {
       data.emplace(key, std::move(value));
     }
   }
+  size_t erase_prefix(const std::string& prefix) {
+    size_t n = 0;
+    for (auto it = data.lower_bound(prefix); it != data.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      stored -= it->first.size() + it->second.size() + kEntryOverhead;
+      it = data.erase(it);
+      ++n;
+    }
+    return n;
+  }
   void release(Client& c) {
     in_transit -= c.reserved;
     c.reserved = 0;
@@ -229,6 +238,10 @@ void TcpStoreServer::run() {
         reply(c, ST_OK, v, "");
         break;
       }
+      case OP_DELETE_PREFIX:
+        if (!one_key) { reject(c, "DELETE_PREFIX needs one key"); return false; }
+        reply(c, ST_OK, static_cast<int64_t>(st.erase_prefix(keys[0])), "");
+        break;
       case OP_GET:
       case OP_WAIT:
         if (op == OP_GET && !one_key) { reject(c, "GET needs one key"); return false; }

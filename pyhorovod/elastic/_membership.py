@@ -7,9 +7,12 @@ carries that number, so a generation never reads the keys of an earlier one.
 
 The protocol, all through the rendezvous store the driver hosts (keys under PREFIX):
 
-    worker: set  want/<id>        = n             its n-th request for a place (n = 0, 1, ...)
-    driver: set  assign/<id>/<n>  = JSON record   once every live worker has asked, for all at once
-    driver: set  hosts            = JSON {"version": v, "removed_only": bool}   when hosts change
+    worker: set  worker/<id>/want      = n            its n-th request for a place (n = 0, 1, ...)
+    driver: set  worker/<id>/assign/<n> = JSON record  once every live worker has asked, for all at once
+    driver: set  hosts                 = JSON {"version": v, "removed_only": bool}   when hosts change
+
+The driver deletes the keys of a generation (the engine's, under phv/e<gen>/ and pyhvd/e<gen>/) once the
+next one has formed, and a worker's keys once it has exited, so a long job leaves no keys behind.
 
 The record is {"gen", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size", "hostname",
 "homogeneous", "hosts_version"},
@@ -59,12 +62,17 @@ class Assignment:
     hosts_version: int   # the driver's hosts record when the generation formed (it includes every change)
 
 
+def worker_prefix(worker_id: str) -> str:
+    """Every key of one worker begins with this (the driver deletes them when the worker is gone)."""
+    return f"{PREFIX}worker/{worker_id}/"
+
+
 def want_key(worker_id: str) -> str:
-    return f"{PREFIX}want/{worker_id}"
+    return worker_prefix(worker_id) + "want"
 
 
 def assign_key(worker_id: str, n: int) -> str:
-    return f"{PREFIX}assign/{worker_id}/{n}"
+    return worker_prefix(worker_id) + f"assign/{n}"
 
 
 HOSTS_KEY = PREFIX + "hosts"

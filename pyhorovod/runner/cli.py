@@ -282,7 +282,8 @@ def _run_elastic(args, command: List[str], extra_env) -> int:
         opts = ElasticOptions(launch=launch, discovery=discovery, np=np, min_np=min_np, max_np=max_np,
                               elastic_timeout_s=timeout, reset_limit=args.reset_limit,
                               cooldown_range=tuple(args.blacklist_cooldown_range)
-                              if args.blacklist_cooldown_range else None)
+                              if args.blacklist_cooldown_range else None,
+                              reset_timeout_s=elastic_flags.reset_timeout_s(os.environ))
     except (ValueError, RuntimeError, OSError) as e:
         if discovery is not None:
             discovery.close()

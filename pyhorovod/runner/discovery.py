@@ -67,6 +67,11 @@ class HostDiscovery:
         self._thread = threading.Thread(target=self._loop, name="host-discovery", daemon=True)
         self._thread.start()
 
+    @property
+    def dynamic(self) -> bool:
+        """False for fixed hosts: the answer never changes."""
+        return self._script is not None
+
     def current(self) -> Dict[str, int]:
         with self._lock:
             return dict(self._hosts)

@@ -36,7 +36,7 @@ from .blacklist import Blacklist
 from .discovery import HostDiscovery
 from .hosts import SlotInfo
 from .launch import LaunchOptions, start_store
-from .ranks import RankProcess
+from .ranks import RankProcess, stop_ranks
 from .spawn import spawn_rank
 
 TICK_S = 0.05
@@ -53,6 +53,10 @@ class ElasticOptions:
     elastic_timeout_s: float = 600.0
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[float, float]] = None
+    # Once a member of the running generation asks for a place (it failed, or heard of a change), the
+    # other members must ask within this many seconds; one that does not is cut off or hung: it is
+    # stopped and its host blacklisted, so that the others never wait on it for good.
+    reset_timeout_s: float = 60.0
 
 
 class _Fatal(Exception):
@@ -99,6 +103,7 @@ class ElasticDriver:
         self.below_since: Optional[float] = None
         self.last_failure = ""
         self._removal_pending = False
+        self.asking_since: Optional[float] = None   # when a member of the running generation first asked
         self.formed_at: Dict[int, float] = {}    # generation -> monotonic time it formed (benchmarks)
         self._secret_dir: Optional[str] = None
         self._store = None
@@ -154,6 +159,7 @@ class ElasticDriver:
             if w.running or w.reaped:
                 continue
             w.reaped = True
+            self._client.delete_prefix(proto.worker_prefix(w.id))
             code = w.proc.returncode
             if code == 0:
                 if not w.stopped and self.finished is None:
@@ -162,7 +168,7 @@ class ElasticDriver:
                 continue
             if w.proc.stopped_by_launcher:
                 continue
-            what = w.proc.describe_exit().replace(f"rank {w.seq} (", f"worker {w.seq} (", 1)
+            what = w.where() + w.proc.describe_exit().split(")", 1)[1]   # "... was killed by SIGKILL ..."
             cooldown = self.blacklist.add(w.hostname)
             for other in self.workers:
                 if other.hostname == w.hostname and other.running and not other.release:
@@ -275,13 +281,20 @@ class ElasticDriver:
                     w.asked = n
 
     def _answer(self, w: Worker, record: dict) -> None:
+        if w.answered >= 0:
+            self._client.delete_prefix(proto.assign_key(w.id, w.answered))   # read long ago
         self._client.set(proto.assign_key(w.id, w.asked), json.dumps(record).encode())
         w.answered = w.asked
 
     def _form(self) -> None:
         live = [w for w in self.workers if w.running]
-        if not live or any(w.asked <= w.answered for w in live):
-            return   # nobody waits, or someone still runs the last generation
+        if not live:
+            return
+        silent = [w for w in live if w.asked <= w.answered]
+        if silent:
+            self._watch_silent(live, silent)
+            return   # someone still runs the last generation
+        self.asking_since = None
         if self.finished is not None:
             for w in live:
                 w.stopped = True
@@ -308,10 +321,33 @@ class ElasticDriver:
                 self._answer(w, {"stop": f"host {w.hostname} left the job"})
             else:
                 self._answer(w, records[w.id])
+        if self.gen > 0:   # every member of the last generation has left it: its keys are garbage
+            for prefix in (f"phv/e{self.gen - 1}/", f"pyhvd/e{self.gen - 1}/"):
+                self._client.delete_prefix(prefix)
         self.removed_only = True
         self.formed_at[self.gen] = time.monotonic()
         ranks = ", ".join(f"{w.seq}@{w.hostname}->{w.rank}" for w in sorted(staying, key=lambda w: w.rank))
         output.emit(f"generation {self.gen}: {len(staying)} worker(s) (worker@host->rank: {ranks})")
+
+    def _watch_silent(self, live: List[Worker], silent: List[Worker]) -> None:
+        members_asking = [w for w in live if w.rank is not None and w.asked > w.answered]
+        if not members_asking:
+            self.asking_since = None   # only new workers wait: the members ask at their next commit
+            return
+        now = time.monotonic()
+        if self.asking_since is None:
+            self.asking_since = now
+            return
+        if now - self.asking_since <= self.opts.reset_timeout_s:
+            return
+        for w in silent:
+            cooldown = self.blacklist.add(w.hostname)
+            span = "for the rest of the job" if cooldown == float("inf") else f"for {cooldown:.1f} s"
+            self.last_failure = (f"{w.where()} did not ask for a place within {self.opts.reset_timeout_s:g} s of "
+                                 f"the others (cut off or hung); host {w.hostname} blacklisted {span}")
+            output.emit(self.last_failure + "; stopping it")
+            w.proc.signal(signal.SIGKILL)
+        self.asking_since = None
 
     # ---- size and ending --------------------------------------------------------------------------
     def _check_size(self) -> None:
@@ -326,6 +362,12 @@ class ElasticDriver:
         if hosts and self.blacklist.permanent() and all(self.blacklist.blocked(h) for h in hosts) and not staying:
             raise _Fatal(f"every host is blacklisted ({', '.join(sorted(hosts))}); the last failure: "
                          f"{self.last_failure}")
+        if not self.opts.discovery.dynamic and self.blacklist.permanent():
+            usable = sum(n for h, n in self._usable_hosts().items())
+            if usable < self.opts.min_np:   # fixed hosts, failed ones out for good: nothing can come back
+                why = f"; the last failure: {self.last_failure}" if self.last_failure else ""
+                raise _Fatal(f"only {usable} slot(s) left on hosts that are not blacklisted, fewer than --min-np "
+                             f"{self.opts.min_np}, and the hosts are fixed (no --host-discovery-script){why}")
         if self.below_since is None:
             self.below_since = now
             if self.gen >= 0:
@@ -337,21 +379,7 @@ class ElasticDriver:
                          f"longer than --elastic-timeout {self.opts.elastic_timeout_s:g} s{why}")
 
     def _stop_all(self, sig: int) -> None:
-        running = [w.proc for w in self.workers if w.running]
-        for p in running:
-            p.signal(sig)
-        deadline = time.monotonic() + self.opts.launch.kill_grace_s
-        while any(p.running for p in running) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for p in running:
-            if p.running:
-                p.signal(signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while any(p.running for p in running) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for w in self.workers:
-            for pump in w.proc.pumps:
-                pump.join(max(0.1, deadline - time.monotonic()))
+        stop_ranks([w.proc for w in self.workers], sig, self.opts.launch.kill_grace_s)
 
 
 def run_elastic(opts: ElasticOptions) -> int:

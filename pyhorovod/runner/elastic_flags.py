@@ -40,6 +40,15 @@ ELASTIC_DESTS = ("min_np", "max_np", "host_discovery_script", "slots_per_host", 
                  "blacklist_cooldown_range")
 
 
+RESET_TIMEOUT_ENV = "PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS"
+
+
+def reset_timeout_s(env) -> float:
+    """How long the other members may take to ask once one asked (elastic_driver.ElasticOptions)."""
+    value = get_float(env, RESET_TIMEOUT_ENV, minimum=0.001)
+    return 60.0 if value is None else value
+
+
 def wanted(args: argparse.Namespace) -> bool:
     """Any elastic flag makes the job elastic."""
     return any(getattr(args, d) is not None for d in ELASTIC_DESTS)
@@ -74,6 +83,10 @@ def options(args: argparse.Namespace, host_specs: Optional[List[HostSpec]]):
         raise ValueError(f"--elastic-timeout must be > 0, got {timeout:g}")
     if args.reset_limit is not None and args.reset_limit < 0:
         raise ValueError(f"--reset-limit must be >= 0, got {args.reset_limit}")
+    if args.blacklist_cooldown_range is not None:
+        lo, hi = args.blacklist_cooldown_range
+        if lo < 0 or hi < lo:
+            raise ValueError(f"--blacklist-cooldown-range takes MIN MAX with 0 <= MIN <= MAX, got {lo:g} {hi:g}")
     # No hosts at all: this machine, with a slot for every worker the job may grow to.
     fixed: Dict[str, int] = {h.hostname: h.slots for h in host_specs or [HostSpec("localhost", max_np)]}
     discovery = HostDiscovery(script=args.host_discovery_script, fixed=fixed, default_slots=slots)

@@ -112,6 +112,9 @@ class StreamPump:
         if self.silent_rank is None and b"[first failure: rank " in piece:
             named = _SILENT_FIRST_FAILURE.search(piece)
             self.silent_rank = int(named.group(1)) if named else None
+        if piece == b"\r":
+            self._write(piece)   # a redraw that begins with \r: the prefix goes with the text that follows
+            return
         self._write(line_prefix(self.rank, self.name, self._timestamp) + piece)
 
     def _write(self, data: bytes) -> None:

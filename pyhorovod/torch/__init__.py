@@ -37,6 +37,7 @@ from pyhorovod.torch.ops import (
 from pyhorovod.torch.optimizer import DistributedOptimizer
 from pyhorovod.torch.sync_batch_norm import SyncBatchNorm
 from pyhorovod.torch import mpi_ops  # noqa: F401 -- hvd.mpi_ops, as in horovod.torch
+from pyhorovod.torch import elastic  # noqa: F401 -- hvd.elastic, as in horovod.torch
 
 
 __all__ = [

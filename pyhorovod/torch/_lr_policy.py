@@ -25,21 +25,38 @@ class LrPolicy:
                  warmup_steps=None, warmup_epochs=None, steps_per_epoch=None, verbose=True):
         if rule not in ("linear", "sqrt", "none"):
             raise ValueError(f"lr_scaling={rule!r}: expected None, 'linear', 'sqrt' or 'none'")
-        if base_batch_size is None:
-            base, global_batch = 1, workers * backward_passes_per_step
-        else:
-            if batch_size is None:
-                raise ValueError("lr_scaling with base_batch_size= needs batch_size= (the local batch of "
-                                 "one backward pass) to know the global batch")
-            base, global_batch = base_batch_size, batch_size * backward_passes_per_step * workers
+        if base_batch_size is not None and batch_size is None:
+            raise ValueError("lr_scaling with base_batch_size= needs batch_size= (the local batch of "
+                             "one backward pass) to know the global batch")
         self.rule = rule
-        self.global_batch = global_batch if base_batch_size is not None else None
-        self.factor = scale_factor(rule, base, global_batch)
+        self._batch = (base_batch_size, batch_size, backward_passes_per_step)
+        self._set_workers(workers)
         self.warmup_steps = warmup_steps_from(warmup_steps, warmup_epochs, steps_per_epoch)
         self.verbose = verbose
         self._logged_final = False
         if verbose and basics.rank() == 0:   # the optimizer logs on rank 0 only (maybe_log)
             _logging.show_reports()
+
+    def _set_workers(self, workers):
+        base_batch_size, batch_size, passes = self._batch
+        if base_batch_size is None:
+            base, global_batch = 1, workers * passes
+        else:
+            base, global_batch = base_batch_size, batch_size * passes * workers
+        self.workers = workers
+        self.global_batch = global_batch if base_batch_size is not None else None
+        self.factor = scale_factor(self.rule, base, global_batch)
+
+    def rescale(self, workers):
+        """After an elastic reset: the rule's factor for the new number of workers (rank 0 logs a change
+        at INFO). The warmup goes on from the optimizer's step count."""
+        before, old_factor = self.workers, self.factor
+        self._set_workers(workers)
+        if workers != before and self.verbose and basics.rank() == 0:
+            _logging.show_reports()   # this process may be rank 0 only since the reset
+            batch = f", global batch {self.global_batch}" if self.global_batch else ""
+            log.info("lr_scaling=%s: %d workers instead of %d%s, LR factor x%.4g instead of x%.4g", self.rule,
+                     workers, before, batch, self.factor, old_factor)
 
     def multiplier(self, step):
         return warmup_multiplier(step, self.factor, self.warmup_steps)

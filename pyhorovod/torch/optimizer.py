@@ -13,12 +13,14 @@ Beyond Horovod (all off by default, so Horovod scripts behave the same):
   multiplies the LR by the AdaScale gain (pyhorovod/scaling/adascale.py).
 """
 import warnings
+import weakref
 from contextlib import contextmanager
 from typing import Iterable, List, Optional, Tuple, Union
 
 import torch
 
 from pyhorovod import _api, basics
+from pyhorovod.elastic import _membership
 from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
@@ -58,8 +60,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._noise_tap = extras.get("noise_tap")
         self._lr_step = 0
         self._applied_lrs = None
-        if process_set.included() and (basics.size() > 1 or self._noise_tap is not None):
+        # An elastic job may grow from one worker: its gradients must be reduced from then on.
+        if process_set.included() and (basics.size() > 1 or self._noise_tap is not None
+                                       or _membership.is_elastic()):
             self._register_hooks()
+        if hasattr(self._lr_policy, "rescale") and process_set is global_process_set:
+            _follow_job_size.add(self)
 
     # ------------------------------------------------------------ hooks
 
@@ -351,6 +357,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return None if self._noise_tap is None else self._noise_tap.estimator
 
 
+# Optimizers whose lr_scaling follows the number of workers: after every init (an elastic reset may
+# change the size) their policy is rescaled. Weak, so that the registry keeps no optimizer alive.
+_follow_job_size: "weakref.WeakSet[_DistributedOptimizer]" = weakref.WeakSet()
+
+
+def _rescale_lr_policies():
+    for optimizer in list(_follow_job_size):
+        optimizer._lr_policy.rescale(basics.size())
+
+
+basics.on_init(_rescale_lr_policies)
+
+
 def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          compression: type = Compression.none, backward_passes_per_step: int = 1,
@@ -403,7 +422,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             batch / ``base_batch_size``, reached by linear warmup from the unscaled LR; the group's LR
             is restored after the step, so an LR scheduler keeps working on the unscaled LR and a
             script that scales the LR itself is not scaled twice. Rank 0 logs the applied LR at the
-            first step, at each quarter of the warmup and when the target is reached. ``"adascale"``
+            first step, at each quarter of the warmup and when the target is reached. When the job's
+            size changes (an elastic reset), k follows the new global batch, with one log line; the
+            warmup goes on where it was. ``"adascale"``
             (needs ``measure_noise_scale``) multiplies the LR by the AdaScale gain computed from the
             noise-scale estimates.
         base_batch_size: the global batch the LR was tuned for. Without it, the LR is taken to be tuned

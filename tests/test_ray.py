@@ -388,33 +388,61 @@ def _shrunk_and_regrown(sizes, after):
 
 
 def elastic_train(max_steps, step_s):
-    """An elastic worker: at each (re)start init() gives it a place, rank 0's state is broadcast, and each
+    """An elastic worker in Horovod's form (hvd.elastic.run over an ObjectState, a commit per step); each
     step allreduces (sum) every rank's rank, so that the state records the job's size at every step.
-    Resets on a collective error (a worker died) and when rank 0 sees the hosts change. Trains until the
-    job has run at 3, 2 and again 3 workers (then 5 steps more), or max_steps."""
+    Trains until the job has run at 3, 2 and again 3 workers (then 5 steps more), or max_steps."""
+    import numpy as np
     import ray as ray_
-    import torch
-    import pyhorovod.torch as hvd
-    from pyhorovod.elastic import _membership
-    from pyhorovod.errors import HorovodInternalError, HostsUpdatedInterrupt
+    import pyhorovod as hvd
     from pyhorovod.ray import report
-    state = {"step": 0, "w": 0.0, "sizes": []}
-    while True:
-        hvd.init()
-        try:
-            state = hvd.broadcast_object(state, root_rank=0)
-            while state["step"] < max_steps and not _shrunk_and_regrown(state["sizes"], 5):
-                changed = hvd.broadcast_object(_membership.hosts_changed() if hvd.rank() == 0 else None, root_rank=0)
-                if changed is not None:
-                    raise HostsUpdatedInterrupt(changed)
-                total = hvd.allreduce(torch.tensor([float(hvd.rank())], dtype=torch.float64), op=hvd.Sum)
-                state = {"step": state["step"] + 1, "w": state["w"] + float(total[0]),
-                         "sizes": state["sizes"] + [hvd.size()]}
-                report({"step": state["step"], "size": hvd.size()})
-                time.sleep(step_s)
-            return {"state": state, "node": ray_.get_runtime_context().get_node_id()}
-        except (HorovodInternalError, HostsUpdatedInterrupt):
-            hvd.shutdown()
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < max_steps and not _shrunk_and_regrown(state.sizes, 5):
+            total = hvd.allreduce(np.array([float(hvd.rank())]), op=hvd.Sum)
+            state.w += float(total[0])
+            state.sizes = state.sizes + [hvd.size()]
+            state.step += 1
+            report({"step": state.step, "size": hvd.size()})
+            time.sleep(step_s)
+            state.commit()
+        return {"state": {"step": state.step, "w": state.w, "sizes": state.sizes},
+                "node": ray_.get_runtime_context().get_node_id()}
+
+    hvd.init()
+    return train(hvd.elastic.ObjectState(step=0, w=0.0, sizes=[]))
+
+
+def elastic_sum(steps):
+    import numpy as np
+    import pyhorovod as hvd
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < steps:
+            state.total += float(hvd.allreduce(np.array([1.0]), op=hvd.Sum)[0])
+            state.step += 1
+            state.commit()
+        return hvd.rank(), hvd.size(), state.total
+
+    hvd.init()
+    return train(hvd.elastic.ObjectState(step=0, total=0.0))
+
+
+@budget(90)
+def test_executor_elastic_mode_runs_an_elastic_function(cluster):
+    """RayExecutor(settings, min_workers=..., max_workers=...): Horovod 0.28's spelling of an elastic job;
+    3 nodes of one slot each, max_workers 2: two workers."""
+    from pyhorovod.ray import RayExecutor
+    ex = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=1, max_workers=2, cpus_per_worker=2)
+    ex.start()
+    try:
+        with pytest.raises(ValueError, match="run\\(\\) only"):
+            ex.execute(lambda e: e)
+        assert ex.run(elastic_sum, args=[4]) == [(0, 2, 8.0), (1, 2, 8.0)]
+    finally:
+        ex.shutdown()
+    assert_nothing_left()
 
 
 @budget(150)

@@ -76,6 +76,13 @@ def read_secret(env: Mapping[str, str]) -> Optional[bytes]:
     return secret
 
 
+def use_secret(secret: bytes) -> None:
+    """Gives this process the job secret without the environment (a launcher that starts ranks in
+    processes it controls, as Ray actors): init() then uses it as if PYHOROVOD_SECRET had been read."""
+    global _remembered_secret
+    _remembered_secret = bytes(secret)
+
+
 def _secret_from(env: Mapping[str, str]) -> Optional[bytes]:
     text = get_str(env, "PYHOROVOD_SECRET")
     if text is not None:

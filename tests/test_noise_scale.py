@@ -9,7 +9,6 @@ drawn uniformly with replacement) G = mean_i g_i and tr(Sigma) = mean_i |g_i|^2 
 """
 import math
 import os
-import signal
 
 import numpy as np
 import pytest
@@ -17,32 +16,10 @@ import pytest
 from pyhorovod.scaling.adascale import AdaScale, AdaScalePolicy, adascale_gain, gain_from_noise_scale
 from pyhorovod.scaling.advisor import Advisor, efficiency, regime, steps_ratio, workers_limit
 from pyhorovod.scaling.noise_scale import NoiseScaleEstimator, _BiasCorrectedEMA, unbiased_estimates
+from time_budget import budget, hard_timeout  # noqa: F401 -- hard_timeout: autouse fixture
 
 DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 needs_data = pytest.mark.skipif(not os.path.exists(DATA), reason="dataset-fashion-mnist is not installed")
-
-
-def budget(seconds):
-    """Gives one test a longer hard timeout than the default 30 s."""
-    def mark(fn):
-        fn.budget_s = seconds
-        return fn
-    return mark
-
-
-@pytest.fixture(autouse=True)
-def hard_timeout(request):
-    """No test may hang: SIGALRM fails the test after its budget."""
-    budget = getattr(request.function, "budget_s", 30)
-
-    def _expire(signum, frame):
-        raise TimeoutError(f"{request.node.name} exceeded its {budget}s budget")
-
-    old = signal.signal(signal.SIGALRM, _expire)
-    signal.alarm(budget)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def softmax_per_example(w, x, onehot):

@@ -237,12 +237,21 @@ class ElasticDriver:
             self.target = wanted
 
     def _start(self, host: str) -> Worker:
-        opts = self.opts.launch
         seq = len(self.workers)
-        env = dict(opts.env)
+        env = dict(self.opts.launch.env)
         env.update({proto.ELASTIC_ENV: "1", proto.WORKER_ID_ENV: str(seq), proto.TIMEOUT_ENV:
                     f"{self.opts.elastic_timeout_s:g}", "PYHOROVOD_HOSTNAME": host, "HOROVOD_HOSTNAME": host,
-                    "PYHOROVOD_STORE_ADDR": opts.bind_host, "PYHOROVOD_STORE_PORT": str(self._store.port)})
+                    "PYHOROVOD_STORE_ADDR": self.opts.launch.bind_host,
+                    "PYHOROVOD_STORE_PORT": str(self._store.port)})
+        w = Worker(seq, host, self._spawn(seq, host, env))
+        self.workers.append(w)
+        output.emit(f"started worker {seq} on {host}", verbose_only=True, verbose=self.opts.launch.verbose)
+        return w
+
+    def _spawn(self, seq: int, host: str, env: Dict[str, str]) -> RankProcess:
+        """Starts worker seq on host with env (the secret not included); a driver that starts its workers
+        by other means (Ray actors: pyhorovod/ray/elastic.py) replaces this method."""
+        opts = self.opts.launch
         if self._secret_dir and host in opts.local_hosts:
             path = os.path.join(self._secret_dir, f"secret.{seq}")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -251,14 +260,10 @@ class ElasticDriver:
         # The output is prefixed with the worker's number: its rank changes from one generation to the next.
         slot = SlotInfo(rank=seq, size=0, hostname=host, local_rank=0, local_size=0, cross_rank=0, cross_size=0)
         try:
-            proc = spawn_rank(opts, slot, env, self._secret_hex, self.wake, self._on_output_closed,
+            return spawn_rank(opts, slot, env, self._secret_hex, self.wake, self._on_output_closed,
                               self._secret_dir if host in opts.local_hosts else None)
         except OSError as e:
             raise _Fatal(f"cannot start a worker on {host} ({opts.command[0]!r}): {e}") from None
-        w = Worker(seq, host, proc)
-        self.workers.append(w)
-        output.emit(f"started worker {seq} on {host}", verbose_only=True, verbose=opts.verbose)
-        return w
 
     def _on_output_closed(self) -> None:
         self.output_closed = True

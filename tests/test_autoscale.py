@@ -135,11 +135,26 @@ def test_hysteresis_prevents_flapping():
     assert answers == [None] * 6
     # a gain inside the margin never triggers, however often it is seen
     assert run(d, 1, 8.0, 6) == [None] * 6
-    # a resize starts the confirmations over
+    # a resize starts the confirmations over, and the new count holds for `dwell` = 3 evaluations
     assert d.evaluate(1, 640, step=10).target_np is None
     assert d.evaluate(2, 640, step=11).target_np is None       # now at 2: the best, nothing to do
-    assert d.evaluate(1, 640, step=12).target_np is None       # back at 1: one confirmation only
-    assert d.evaluate(1, 640, step=13).target_np == 2
+    back = [d.evaluate(1, 640, step=12 + i) for i in range(5)]  # back at 1 (2 was left): hold 3, confirm 2
+    assert [b.target_np for b in back] == [None, None, None, None, 2] and "holding" in back[0].reason
+
+
+def test_going_back_to_the_count_just_left_needs_twice_the_margin():
+    m = model()
+    m.observe(1, 0.1)
+    m.observe(2, 0.2)                 # no more examples/s at 2
+    # at 2 workers, B_noise = 400: goodput(1)/goodput(2) = (400 + 128)/(400 + 64) = 1.138, above the 10%
+    # margin but below twice it
+    fresh = GoodputAutoscaler(m, 1, 2)
+    assert run(fresh, 2, 400.0, 2) == [None, 1]                # a job that started at 2 shrinks
+    d = GoodputAutoscaler(m, 1, 2)
+    assert d.evaluate(1, 400.0).target_np is None              # it ran at 1, then grew to 2
+    answers = [d.evaluate(2, 400.0, step=i) for i in range(1, 9)]
+    assert [a.target_np for a in answers] == [None] * 8 and "within the 20% margin" in answers[-1].reason
+    assert answers[-1].goodput[1] == pytest.approx(528 / 464)
 
 
 def test_counts_the_hosts_cannot_give_are_never_chosen():

@@ -77,7 +77,7 @@ class Autoscaler:
 
     def __init__(self, optimizer=None, estimator=None, every: Optional[int] = None,
                  min_np: Optional[int] = None, max_np: Optional[int] = None, margin: Optional[float] = None,
-                 hosts: Optional[Sequence[Host]] = None, trace: Optional[str] = None, settle: int = 5,
+                 hosts: Optional[Sequence[Host]] = None, trace: Optional[str] = None, settle: int = 20,
                  grad_bytes: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
                  size_fn=None, rank_fn=None, request_fn=None, clock=time.monotonic,
                  started_at: Optional[float] = None):

@@ -18,6 +18,12 @@ move to the best count only when that same count beats the current one by more t
 10%) on `patience` (default 2) evaluations in a row; any evaluation that does not confirms nothing, and
 a resize starts the count over. Estimator noise of a few percent cannot then make the job flap between
 two counts of nearly equal goodput.
+
+Across resizes. A resize costs seconds of every worker's time (new workers start, all re-form), and the
+first measurements at a new count are few and noisy. So after each resize the count holds for `dwell`
+evaluations (default 3), and going back to the count the job has just left needs twice the margin: a
+job whose two counts predict goodputs within the noise of the measurements settles instead of
+oscillating between them.
 """
 from __future__ import annotations
 
@@ -52,17 +58,19 @@ class GoodputAutoscaler:
     """
 
     def __init__(self, model: ThroughputModel, min_np: int, max_np: int, margin: float = 0.10,
-                 patience: int = 2):
+                 patience: int = 2, dwell: int = 3):
         if not 1 <= min_np <= max_np:
             raise ValueError(f"need 1 <= min_np <= max_np, got min_np={min_np}, max_np={max_np}")
-        if margin < 0 or patience < 1:
-            raise ValueError(f"need margin >= 0 and patience >= 1, got {margin}, {patience}")
+        if margin < 0 or patience < 1 or dwell < 0:
+            raise ValueError(f"need margin >= 0, patience >= 1 and dwell >= 0, got {margin}, {patience}, {dwell}")
         self.model = model
         self.min_np, self.max_np = int(min_np), int(max_np)
-        self.margin, self.patience = float(margin), int(patience)
+        self.margin, self.patience, self.dwell = float(margin), int(patience), int(dwell)
         self._pending: Optional[int] = None
         self._wins = 0
         self._last_np: Optional[int] = None
+        self._left_np: Optional[int] = None   # the count before the last resize
+        self._held = 0                        # evaluations since the last resize
 
     def candidates(self) -> List[int]:
         """Counts in [min_np, max_np] that the hosts can give."""
@@ -78,7 +86,11 @@ class GoodputAutoscaler:
 
     def evaluate(self, current_np: int, b_noise: Optional[float], step: int = 0) -> Decision:
         if current_np != self._last_np:          # a resize (or the first call): confirmations start over
+            first = self._last_np is None
+            self._left_np = self._last_np
             self._pending, self._wins, self._last_np = None, 0, current_np
+            self._held = self.dwell if first else 0
+        self._held += 1
         if b_noise is None or not b_noise > 0:
             return self._hold(step, current_np, b_noise, "no noise-scale estimate yet")
         now = self.goodput(current_np, current_np, b_noise)
@@ -87,10 +99,15 @@ class GoodputAutoscaler:
         table = {n: g / now for n in self.candidates() if (g := self.goodput(n, current_np, b_noise)) is not None}
         best = max(table, key=lambda n: (table[n], -abs(n - current_np)))
         gain = table[best]
-        if best == current_np or gain <= 1.0 + self.margin:
+        margin = 2 * self.margin if best == self._left_np else self.margin
+        if self._held <= self.dwell:
+            self._pending, self._wins = None, 0
+            return Decision(step, current_np, b_noise, best, gain, None, table,
+                            f"holding after the resize ({self._held} of {self.dwell} evaluations)")
+        if best == current_np or gain <= 1.0 + margin:
             self._pending, self._wins = None, 0
             why = "current count is best" if best == current_np else \
-                f"{best} workers gain {gain - 1:+.1%}, within the {self.margin:.0%} margin"
+                f"{best} workers gain {gain - 1:+.1%}, within the {margin:.0%} margin"
             return Decision(step, current_np, b_noise, best, gain, None, table, why)
         self._wins = self._wins + 1 if self._pending == best else 1
         self._pending = best

@@ -174,7 +174,9 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
     ratios = {}
     for link in links:
         def r(a, b):
-            return med.get(f"{a}@{link}", float("nan")) / med.get(f"{b}@{link}", float("nan"))
+            """Median over rounds of the per-round ratio (the two ran minutes apart in the same round)."""
+            xs, ys = throughput.get(f"{a}@{link}") or [], throughput.get(f"{b}@{link}") or []
+            return C.median([x / y for x, y in zip(xs, ys)]) if xs and ys else float("nan")
         ratios[str(link)] = {"powersgd/ddp-none": r("pyhvd-powersgd", "ddp-none"),
                              "powersgd/ddp-powersgd": r("pyhvd-powersgd", "ddp-powersgd"),
                              "none/ddp-none": r("pyhvd-none", "ddp-none"),

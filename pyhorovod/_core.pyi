@@ -4,7 +4,7 @@
 # they wait on the main thread, and raise the exception a handler raised (Engine.interrupted is then
 # True). Errors: the core raises _core.CoreError subclasses mapped in pyhorovod/errors.py:
 # InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown/Interrupted -> HorovodInternalError.
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 # DataType codes (csrc/common/types.h)
 UINT8: int; INT8: int; INT16: int; INT32: int; INT64: int
@@ -80,6 +80,9 @@ class EngineOptions:
     timeline_path: str; timeline_mark_cycles: bool; timeout_s: float
     dynamic_process_sets: bool; process_sets: list; log_level: int
     gpu_path: str  # "auto", "nccl" or "staged": how CUDA collectives travel (csrc/backends/gpu_path.h)
+    hierarchical_allreduce: int  # 1 on, 0 off, -1 chosen per size (csrc/algorithms/hierarchy.h)
+    hierarchical_allgather: int
+    host_name: str               # ranks with equal names share a host ("": gethostname())
 
 class DeviceBuffer:
     # allgather/alltoall output of CUDA tensors: engine-owned device memory, flat uint8, wrapped without a
@@ -121,6 +124,11 @@ class Engine:
     def process_set_ids(self) -> list: ...
     def start_timeline(self, path: str, mark_cycles: bool) -> None: ...
     def stop_timeline(self) -> None: ...
+    # Knobs for the requests submitted after the call; negative: unchanged (every rank, same point).
+    def set_knobs(self, fusion_threshold_bytes: int = -1, cycle_time_ms: float = -1.0,
+                  hierarchical_allreduce: int = -2, segment_bytes: int = -1) -> None: ...
+    # host_of (host index per rank), the modes, and the flat/local/cross (alpha_s, beta) fits from init.
+    def hierarchy(self) -> Dict[str, Any]: ...
     def shutdown(self) -> None: ...
     rank: int; size: int
     interrupted: bool  # a wait was interrupted: the engine stops; only shutdown() is left to call

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set
 from pyhorovod import _compat as horovod_alias
 from pyhorovod._config import Config, get_float, store_limits
 
-from . import config_file, elastic_flags, horovod_flags, output, remote
+from . import autoscale_option, config_file, elastic_flags, horovod_flags, output, remote
 from . import hosts as hostlib
 from .launch import LaunchOptions, run_job
 
@@ -68,6 +68,7 @@ def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
                      help="command used instead of ssh, called as AGENT HOST COMMAND (env PYHOROVOD_RSH_AGENT)")
     horovod_flags.add_flags(p)
     elastic_flags.add_flags(p)
+    autoscale_option.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program each rank runs, with its arguments")
     return p
 
@@ -192,6 +193,9 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         parser.error("missing the command each rank runs (e.g. python train.py)")
     if elastic_flags.wanted(args):
         return _run_elastic(args, command, extra_env)
+    if args.autoscale is not None:
+        output.emit("error: --autoscale goodput needs --min-np and --max-np (the range the job may move in)")
+        return 2
     try:
         if args.hostfile:
             host_specs = hostlib.parse_hostfile(args.hostfile)
@@ -262,11 +266,13 @@ def _run_elastic(args, command: List[str], extra_env) -> int:
             host_specs = hostlib.parse_hostfile(args.hostfile)
         elif args.hosts:
             host_specs = hostlib.parse_hosts(args.hosts)
+        autoscale_option.check(args)
         np, min_np, max_np, timeout, discovery = elastic_flags.options(args, host_specs)
         local = hostlib.LocalHosts()
         initial = [hostlib.HostSpec(h, n) for h, n in discovery.current().items()]
         bind_host = _store_host(args, initial, {h.hostname for h in initial if h.hostname in local})
         knobs = knob_env(args)
+        knobs.update(autoscale_option.worker_env(args, discovery.current()))
         check_rank_env(knobs)
         for note in horovod_flags.inert_notes(args):
             output.emit(note)

@@ -7,9 +7,10 @@ forms generations (generation.py) through the protocol of pyhorovod/elastic/_mem
      (blacklist.py) and the other workers there are let go at the next generation; one that exited 0
      returned from train, after which the job only winds down;
   2. plan: workers on hosts that left the discovery (or were blacklisted) are marked to be let go; new
-     workers start on free slots up to the target (-np at first, --max-np once hosts were added); a
-     change that kills nobody bumps the store's hosts record, so that the running workers raise
-     HostsUpdatedInterrupt at their next commit and ask for a place;
+     workers start on free slots up to the target (-np at first, --max-np once hosts were added, or what
+     rank 0 asks for through the target key: autoscaling); a change that kills nobody bumps the store's
+     hosts record -- for new workers once they have started and asked -- so that the running workers
+     raise HostsUpdatedInterrupt at their next commit and ask for a place;
   3. form: once every live worker has asked, the ones staying get their places and the others
      {"stop"}. Survivors that hit a collective error ask by themselves after restoring their state.
 The job ends with 0 once every worker has exited after one returned from train; with 1 and a message
@@ -40,7 +41,6 @@ from .ranks import RankProcess, stop_ranks
 from .spawn import spawn_rank
 
 TICK_S = 0.05
-TARGET_KEY = proto.PREFIX + "target_np"   # rank 0 may ask for a worker count (autoscaling)
 
 
 @dataclass
@@ -103,6 +103,8 @@ class ElasticDriver:
         self.below_since: Optional[float] = None
         self.last_failure = ""
         self._removal_pending = False
+        self._joining: set = set()         # workers started while a generation runs, not yet placed
+        self._join_announced = False      # the members were told of them
         self.asking_since: Optional[float] = None   # when a member of the running generation first asked
         self.formed_at: Dict[int, float] = {}    # generation -> monotonic time it formed (benchmarks)
         self._secret_dir: Optional[str] = None
@@ -191,7 +193,6 @@ class ElasticDriver:
             self.target = self.opts.max_np   # hosts were added: grow as far as allowed
         self.known_hosts |= discovered
         self._read_target()
-        added = False
         for w in self.workers:
             if w.running and not w.release and w.hostname not in hosts:
                 self._let_go(w, f"host {w.hostname} is no longer in the discovery (or is blacklisted)")
@@ -206,10 +207,18 @@ class ElasticDriver:
                 free = slots - sum(1 for w in staying if w.hostname == host)
                 while free > 0 and len(staying) < min(self.target, self.opts.max_np):
                     staying.append(self._start(host))
+                    if self.gen >= 0:
+                        self._joining.add(staying[-1])
                     free -= 1
-                    added = True
-        if (added or self._removal_pending) and self.gen >= 0:
-            self.removed_only = self.removed_only and not added
+        # The members hear of new workers only once these have started and asked for a place, so that
+        # the job does not wait in init() through a newcomer's start-up (interpreter, imports, data).
+        self._joining = {w for w in self._joining if w.running and w.answered < 0}
+        join_ready = bool(self._joining) and all(w.asked > w.answered for w in self._joining)
+        announce_join = join_ready and not self._join_announced
+        if (announce_join or self._removal_pending) and self.gen >= 0:
+            if announce_join:
+                self.removed_only = False
+                self._join_announced = True
             self._announce_hosts()
         self._removal_pending = False
 
@@ -225,10 +234,10 @@ class ElasticDriver:
         self._client.set(proto.HOSTS_KEY, json.dumps(record).encode())
 
     def _read_target(self) -> None:
-        if not self._client.check(TARGET_KEY):
+        if not self._client.check(proto.TARGET_KEY):
             return
         try:
-            wanted = int(bytes(self._client.get(TARGET_KEY, 1.0)).decode())
+            wanted = int(bytes(self._client.get(proto.TARGET_KEY, 1.0)).decode())
         except ValueError:
             return
         wanted = max(self.opts.min_np, min(self.opts.max_np, wanted))
@@ -325,6 +334,7 @@ class ElasticDriver:
             for prefix in (f"phv/e{self.gen - 1}/", f"pyhvd/e{self.gen - 1}/"):
                 self._client.delete_prefix(prefix)
         self.removed_only = True
+        self._join_announced = False
         self.formed_at[self.gen] = time.monotonic()
         ranks = ", ".join(f"{w.seq}@{w.hostname}->{w.rank}" for w in sorted(staying, key=lambda w: w.rank))
         output.emit(f"generation {self.gen}: {len(staying)} worker(s) (worker@host->rank: {ranks})")

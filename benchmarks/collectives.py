@@ -1,13 +1,20 @@
-"""nccl-tests-style benchmark of allreduce, allgather and broadcast: pyhorovod against its peers.
+"""nccl-tests-style benchmark of allreduce, allgather, broadcast, alltoall and reducescatter: pyhorovod
+against its peers.
 
-    python benchmarks/collectives.py                       # 4 B .. 256 MiB, n = 2 and 4, every candidate
+    python benchmarks/collectives.py                       # 4 B .. 256 MiB by 4x, n = 2 and 4, every candidate
+    python benchmarks/collectives.py --quick               # a few sizes, public APIs and peers: a few minutes
     python benchmarks/collectives.py --np 2 --ops allreduce --sizes 1M,64M --rounds 5
+
+Sizes follow nccl-tests: allreduce and broadcast the buffer, allgather the gathered output, alltoall one
+rank's send buffer, reducescatter one rank's input (it keeps 1/n). busbw = algbw * 2(n-1)/n for
+allreduce, (n-1)/n for allgather, alltoall and reducescatter, 1 for broadcast.
 
 Candidates (the ones that cannot run here are listed as skipped, with the reason):
   core      pyhorovod._core.Communicator (raw core: no engine), default transports (shared memory on)
   core-tcp  the same with shared memory off (TCP over loopback only)
   api       pyhorovod's public API (pyhorovod.allreduce_ etc.: engine, negotiation, fusion)
   api-tcp   the same with PYHOROVOD_SHM=0
+  torch     pyhorovod.torch (allreduce_, allgather, broadcast_, alltoall, reducescatter on CPU tensors)
   mpi       mpi4py over Open MPI, default transports (shared memory between local ranks)
   mpi-tcp   mpi4py over Open MPI with `--mca pml ob1 --mca btl self,tcp` (TCP only)
   gloo      torch.distributed, gloo backend
@@ -36,9 +43,12 @@ import plotting as P  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "collectives_worker.py")
-ALL = ["core", "core-tcp", "api", "api-tcp", "mpi", "mpi-tcp", "gloo", "hvd-mpi", "hvd-gloo"]
-OURS = ("core", "core-tcp", "api", "api-tcp")
-OPS = ("allreduce", "allgather", "broadcast")
+ALL = ["core", "core-tcp", "api", "api-tcp", "torch", "mpi", "mpi-tcp", "gloo", "hvd-mpi", "hvd-gloo"]
+OURS = ("core", "core-tcp", "api", "api-tcp", "torch")
+OPS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
+# --quick: the public APIs against the peers at a few sizes (small, middle, large), two interleaved rounds
+QUICK = {"candidates": "api,torch,mpi,mpi-tcp,gloo", "sizes": "4,64K,16M", "rounds": 2, "reps": 2,
+         "budget_s": 0.1, "warmup": 3}
 
 
 def availability(cands, hvd_python):
@@ -56,7 +66,13 @@ def availability(cands, hvd_python):
         except ImportError:
             mpi_ok = "mpi4py not installed"
     for c in cands:
-        if c in OURS:
+        if c == "torch":
+            try:
+                import torch  # noqa: F401
+                out[c] = core_ok
+            except ImportError:
+                out[c] = "torch not installed"
+        elif c in OURS:
             out[c] = core_ok
         elif c in ("mpi", "mpi-tcp"):
             out[c] = mpi_ok
@@ -90,7 +106,7 @@ def launch(cand, n, sizes, args, hvd_python, tag):
         runner = os.path.join(os.path.dirname(hvd_python), "horovodrun")
         argv = [runner, "--gloo", "-np", str(n), "-H", f"localhost:{n}", hvd_python, WORKER, cand] + wargs
         group = [(argv, env)]
-    elif cand in ("api", "api-tcp") and args.api_launcher == "run":
+    elif cand in ("api", "api-tcp", "torch") and args.api_launcher == "run":
         argv = [sys.executable, "-m", "pyhorovod.run", "-np", str(n), sys.executable, WORKER, cand] + wargs
         group = [(argv, env)]
     else:
@@ -165,6 +181,23 @@ def ratios(agg):
     return rows
 
 
+def best_peer(agg):
+    """Per (n, op, bytes): each of our candidates against the fastest peer of that cell; ratio =
+    time_best_peer / time_ours (>= 1: pyhorovod leads the cell)."""
+    rows = []
+    for (n, op, nbytes) in sorted({(k[0], k[2], k[3]) for k in agg}, key=lambda c: (c[0], OPS.index(c[1]), c[2])):
+        peers = [(a["time_s"], k[1]) for k, a in agg.items() if k[1] not in OURS and (k[0], k[2], k[3]) == (n, op, nbytes)]
+        if not peers:
+            continue
+        t_peer, peer = min(peers)
+        for cand in OURS:
+            a = agg.get((n, cand, op, nbytes))
+            if a is not None:
+                rows.append({"n": n, "op": op, "bytes": nbytes, "ours": cand, "time_us": a["time_s"] * 1e6,
+                             "best_peer": peer, "peer_time_us": t_peer * 1e6, "ratio": t_peer / a["time_s"]})
+    return rows
+
+
 def print_results(agg, rat):
     keys = sorted(agg, key=lambda k: (k[0], k[2], ALL.index(k[1]), k[3]))
     last = None
@@ -187,6 +220,12 @@ def print_results(agg, rat):
         C.print_table(["n", "op", "size", "ours", "peer", "of medians", "paired (median)", "rounds"],
                       [[r["n"], r["op"], C.fmt_size(r["bytes"]), r["ours"], r["peer"], f"{r['ratio_of_medians']:.3g}",
                         f"{r['median_paired_ratio']:.3g}", r["rounds"]] for r in rat])
+    best = best_peer(agg)
+    if best:
+        print("\n# against the fastest peer of each cell: time_best_peer/time_ours (>= 1: pyhorovod leads)")
+        C.print_table(["n", "op", "size", "ours", "time(us)", "best peer", "peer(us)", "ratio"],
+                      [[r["n"], r["op"], C.fmt_size(r["bytes"]), r["ours"], f"{r['time_us']:.1f}", r["best_peer"],
+                        f"{r['peer_time_us']:.1f}", f"{r['ratio']:.2f}"] for r in best])
 
 
 def figure(agg):
@@ -226,7 +265,7 @@ def main(argv=None):
     p.add_argument("--sizes", default="", help="explicit sizes (e.g. 1M,64M); else --min-bytes..--max-bytes")
     p.add_argument("--min-bytes", default="4")
     p.add_argument("--max-bytes", default="256M")
-    p.add_argument("--factor", type=int, default=2)
+    p.add_argument("--factor", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=3, help="timed batches per size per launch")
     p.add_argument("--warmup", type=int, default=5)
@@ -241,7 +280,15 @@ def main(argv=None):
     p.add_argument("--json", default="collectives.json")
     p.add_argument("--png", default="collectives.png")
     p.add_argument("--replot", metavar="JSON", help="measure nothing: draw --png from this earlier result")
+    p.add_argument("--quick", action="store_true",
+                   help="a few minutes: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                   + " (options given explicitly win)")
     args = p.parse_args(argv)
+    if args.quick:
+        given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+        for k, v in QUICK.items():
+            if f"--{k.replace('_', '-')}" not in given:
+                setattr(args, k, v)
     if args.replot:
         with open(args.replot) as f:
             agg = {(a["n"], a["cand"], a["op"], a["bytes"]): a for a in json.load(f)["results"]}
@@ -288,7 +335,7 @@ def main(argv=None):
                  "method": "median over rounds x batches of the slowest rank's time per call"},
         "skipped": skipped, "failures": failures,
         "results": sorted(agg.values(), key=lambda a: (a["n"], a["op"], a["cand"], a["bytes"])),
-        "ratios": rat})
+        "ratios": rat, "best_peer": best_peer(agg)})
     if agg and args.png:
         plot(agg, args.png)
     print(f"\nwrote {args.json}" + (f" and {args.png}" if agg and args.png else ""))

@@ -4,7 +4,7 @@ Launched by the driver (never by hand) as
     python benchmarks/collectives_worker.py CANDIDATE --ops allreduce,... --sizes 4,1048576 ...
 Rank and size come from the candidate's own launcher: mpirun for mpi/mpi-tcp/hvd-mpi, horovodrun for
 hvd-gloo, the driver's spawner (BENCH_* variables) for core/core-tcp/gloo, `pyhorovod run` or the spawner
-for api.
+for api and torch.
 
 Method, the same for every candidate (nccl-tests style): for each op and size, one untimed call on
 inputs whose result is exact (small integers in float32) is checked element by element; then `warmup`
@@ -12,7 +12,9 @@ calls; then `reps` timed batches, each = barrier + `iters` back-to-back calls, t
 iters = iter_bytes/size clamped to [min_iters, max_iters], and cut so a batch takes about budget_s.
 The driver takes the slowest rank of each batch (a collective is done when its last rank is).
 allreduce is timed in place on zeros (in-place sums of real data would grow without bound over the
-iterations); the zeros are checked afterwards too. allgather/broadcast are checked after the timed loop.
+iterations); the zeros are checked afterwards too. The other ops are checked after the timed loop too.
+Sizes as in nccl-tests: allreduce/broadcast the buffer, allgather the gathered output, alltoall one rank's
+send buffer, reducescatter one rank's input (each rank keeps 1/n of it).
 """
 import os
 import sys
@@ -69,6 +71,15 @@ class CoreBackend:
     def broadcast(self, t):
         self.comm.broadcast(t, 0, TIMEOUT_S)
 
+    def alltoall(self, send, recv):
+        part = [send.nbytes // self.size] * self.size
+        self.comm.alltoallv(send, part, recv, part, TIMEOUT_S)
+        return recv
+
+    def reducescatter(self, send, recv):
+        self.comm.reducescatter(send, recv, [recv.size] * self.size, self.c.FLOAT32, self.c.SUM, TIMEOUT_S)
+        return recv
+
     def barrier(self):
         self.comm.barrier(TIMEOUT_S)
 
@@ -102,6 +113,12 @@ class ApiBackend:
     def broadcast(self, t):
         self.h.broadcast_(t, root_rank=0)
 
+    def alltoall(self, send, recv):
+        return self.h.alltoall(send)
+
+    def reducescatter(self, send, recv):
+        return self.h.reducescatter(send, op=self.h.Sum)
+
     def barrier(self):
         self.h.barrier()
 
@@ -133,6 +150,14 @@ class MpiBackend:
 
     def broadcast(self, t):
         self.comm.Bcast(t, root=0)
+
+    def alltoall(self, send, recv):
+        self.comm.Alltoall(send, recv)
+        return recv
+
+    def reducescatter(self, send, recv):
+        self.comm.Reduce_scatter_block(send, recv, op=self.MPI.SUM)
+        return recv
 
     def barrier(self):
         self.comm.Barrier()
@@ -168,6 +193,14 @@ class GlooBackend:
     def broadcast(self, t):
         self.dist.broadcast(t, 0)
 
+    def alltoall(self, send, recv):
+        self.dist.all_to_all_single(recv, send)
+        return recv
+
+    def reducescatter(self, send, recv):
+        self.dist.reduce_scatter_tensor(recv, send)
+        return recv
+
     def barrier(self):
         self.dist.barrier()
 
@@ -178,9 +211,10 @@ class GlooBackend:
 class HorovodBackend:
     """Horovod 0.28.1's torch API (controller: whatever launched it, mpirun or horovodrun --gloo)."""
 
-    def __init__(self):
+    def __init__(self, module="horovod.torch"):
+        import importlib
         import torch
-        import horovod.torch as hvd
+        hvd = importlib.import_module(module)
         torch.set_num_threads(1)
         self.torch, self.h = torch, hvd
         hvd.init()
@@ -201,6 +235,12 @@ class HorovodBackend:
     def broadcast(self, t):
         self.h.broadcast_(t, root_rank=0)
 
+    def alltoall(self, send, recv):
+        return self.h.alltoall(send)
+
+    def reducescatter(self, send, recv):
+        return self.h.reducescatter(send, op=self.h.Sum)
+
     def barrier(self):
         self.h.barrier()
 
@@ -208,11 +248,20 @@ class HorovodBackend:
         self.h.shutdown()
 
 
+class TorchApiBackend(HorovodBackend):
+    """pyhorovod.torch (the Horovod-compatible torch API), synchronous calls on CPU tensors."""
+
+    def __init__(self):
+        super().__init__(module="pyhorovod.torch")
+
+
 def make_backend(name):
     if name in ("core", "core-tcp"):
         return CoreBackend(shm=(name == "core"))
     if name in ("api", "api-tcp"):
         return ApiBackend()
+    if name == "torch":
+        return TorchApiBackend()
     if name in ("mpi", "mpi-tcp"):
         return MpiBackend()
     if name == "gloo":
@@ -224,6 +273,20 @@ def make_backend(name):
 
 def iterations(nbytes, iter_bytes, lo, hi):
     return int(min(hi, max(lo, iter_bytes // max(nbytes, 1))))
+
+
+def _blocks(op, n, r, per):
+    """(rank r's send buffer, output length, exact expected output) for the block ops, per = count / n.
+    Block q of rank r's input is b * (r+1) * (q+1) for alltoall (so rank r receives b*(q+1)*(r+1) from
+    every q), b * (r+1) for the others (b: small integers, so every sum stays exact)."""
+    b = (np.arange(per) % 7 + 1).astype(np.float32)
+    if op == "allgather":
+        return b * (r + 1), per * n, np.concatenate([b * (q + 1) for q in range(n)])
+    if op == "alltoall":
+        return (np.concatenate([b * ((r + 1) * (q + 1)) for q in range(n)]), per * n,
+                np.concatenate([b * ((q + 1) * (r + 1)) for q in range(n)]))
+    full = (np.arange(per * n) % 7 + 1).astype(np.float32)       # reducescatter: rank r keeps block r
+    return full * (r + 1), per, full[r * per:(r + 1) * per] * (n * (n + 1) // 2)
 
 
 def bench_one(be, op, nbytes, args):
@@ -243,17 +306,6 @@ def bench_one(be, op, nbytes, args):
         call = lambda: be.allreduce(t)  # noqa: E731
         check = lambda: int(np.count_nonzero(be.to_numpy(t)))  # noqa: E731
         actual = count * 4
-    elif op == "allgather":
-        per = max(1, count // n)
-        send = be.tensor(((np.arange(per) % 7 + 1) * (r + 1)).astype(np.float32))
-        recv = be.tensor(np.empty(per * n, dtype=np.float32))
-        want = np.concatenate([((np.arange(per) % 7 + 1) * (q + 1)).astype(np.float32) for q in range(n)])
-        holder = {}
-        call = lambda: holder.__setitem__("out", be.allgather(send, recv))  # noqa: E731
-        check = lambda: int(np.count_nonzero(be.to_numpy(holder["out"]).reshape(-1) != want))  # noqa: E731
-        call()
-        wrong += check()
-        actual = per * n * 4
     elif op == "broadcast":
         want = (idx * 3).astype(np.float32)
         buf = want.copy() if r == 0 else np.zeros(count, dtype=np.float32)
@@ -263,6 +315,17 @@ def bench_one(be, op, nbytes, args):
         call()
         wrong += check()
         actual = count * 4
+    elif op in ("allgather", "alltoall", "reducescatter"):
+        per = max(1, count // n)
+        send, out_len, want = _blocks(op, n, r, per)
+        recv = be.tensor(np.empty(out_len, dtype=np.float32))
+        send = be.tensor(send)
+        fn, holder = getattr(be, op), {}
+        call = lambda: holder.__setitem__("out", fn(send, recv))  # noqa: E731
+        check = lambda: int(np.count_nonzero(be.to_numpy(holder["out"]).reshape(-1) != want))  # noqa: E731
+        call()
+        wrong += check()
+        actual = per * n * 4
     else:
         raise ValueError(op)
     t0 = time.perf_counter()

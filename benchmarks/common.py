@@ -62,7 +62,7 @@ def bus_factor(op, n):
         return 1.0 if op == "broadcast" else 0.0
     if op == "allreduce":
         return 2.0 * (n - 1) / n
-    if op == "allgather":
+    if op in ("allgather", "alltoall", "reducescatter"):
         return (n - 1) / n
     if op == "broadcast":
         return 1.0

@@ -242,6 +242,24 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
                 _sync_names_busy.pop(claimed, None)
 
 
+def submit_sync(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], Any]) -> Any:
+    """What synchronize(submit(ops, keepalive, finalize)) returns. A lone host request without splits
+    (the usual blocking call) takes run_sync: one engine call, no handle, and an unnamed one gets the
+    reusable synchronous name, so that from its second call on it is a cached response (one negotiation
+    exchange) instead of a fresh counter name (a full negotiation, and a wake-up of the engine thread)."""
+    op = ops[0] if len(ops) == 1 else None
+    if (op is None or op.splits or op.device >= 0 or op.group or op.sumsq_in or op.fill_from
+            or op.op_type not in _SYNC_TYPES):
+        return synchronize(submit(ops, keepalive, finalize))
+    result = run_sync(op.op_type, op.name, op.dtype, op.shape, op.input_ptr, op.output_ptr or None, op.reduce_op,
+                      float(op.prescale), float(op.postscale), op.root, op.process_set, float(op.timeout))
+    return finalize([result])
+
+
+# The op types the synchronous fast path carries (the others need the engine's handle machinery: join).
+_SYNC_TYPES = frozenset((_core.ALLREDUCE, _core.ALLGATHER, _core.BROADCAST, _core.ALLTOALL, _core.REDUCESCATTER))
+
+
 def _claim_sync_name(op_type: int, process_set: int):
     """(name, key to release): the reusable synchronous name. The usual case (no other thread has an
     unnamed request running) costs one lock and two dict look-ups; otherwise _claim_unnamed decides."""

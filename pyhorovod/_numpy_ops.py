@@ -303,13 +303,18 @@ def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None, n
 def allgather_async(tensor: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set,
                     dtype: Union[None, str, int, np.dtype] = None, timeout: Optional[float] = None) -> int:
     """Starts :func:`allgather` and returns a handle; :func:`synchronize` returns the gathered array."""
+    return _allgather(tensor, name, process_set, dtype, timeout, _api.submit)
+
+
+def _allgather(tensor, name, process_set, dtype, timeout, run):
+    """run: _api.submit (returns a handle) or _api.submit_sync (waits, returns the result)."""
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "allgather", writable=False)
     _at_least_1d(arr, "allgather")
     code = dtype_code(arr, dtype, "allgather")
     op = Op(_core.ALLGATHER, code, arr.shape, _ptr(arr), 0, name=name or "", process_set=ps.process_set_id,
             timeout=_api.check_timeout(timeout))
-    return _api.submit([op], arr, lambda rs: _from_result(rs[0], arr.dtype))
+    return run([op], arr, lambda rs: _from_result(rs[0], arr.dtype))
 
 
 @_documented
@@ -328,10 +333,10 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet =
 
     {errors}
     """
-    return _api.synchronize(allgather_async(tensor, name, process_set, dtype, timeout))
+    return _allgather(tensor, name, process_set, dtype, timeout, _api.submit_sync)
 
 
-def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout=None):
+def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout=None, run=_api.submit):
     what = "broadcast_" if inplace else "broadcast"
     ps = process_sets.resolve(process_set)
     timeout = _api.check_timeout(timeout)
@@ -342,7 +347,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeo
     op = Op(_core.BROADCAST, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", root=root,
             process_set=ps.process_set_id, timeout=timeout)
     result = tensor if inplace else out
-    return _api.submit([op], (arr, out), lambda rs: result)
+    return run([op], (arr, out), lambda rs: result)
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
@@ -377,14 +382,14 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
 
     {errors}
     """
-    return _api.synchronize(broadcast_async(tensor, root_rank, name, process_set, dtype, timeout))
+    return _broadcast_async(tensor, root_rank, name, process_set, dtype, False, timeout, _api.submit_sync)
 
 
 def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
                timeout: Optional[float] = None) -> Any:
     """As :func:`broadcast`, writing the root's values into ``tensor``; returns ``tensor``."""
-    return _api.synchronize(broadcast_async_(tensor, root_rank, name, process_set, dtype, timeout))
+    return _broadcast_async(tensor, root_rank, name, process_set, dtype, True, timeout, _api.submit_sync)
 
 
 # ---------------------------------------------------------------- alltoall, reducescatter
@@ -413,6 +418,10 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Op
                    process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
                    timeout: Optional[float] = None) -> int:
     """Starts :func:`alltoall` and returns a handle; :func:`synchronize` returns what alltoall returns."""
+    return _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit)
+
+
+def _alltoall(tensor, splits, name, process_set, dtype, timeout, run):
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "alltoall", writable=False)
     _at_least_1d(arr, "alltoall")
@@ -427,7 +436,7 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Op
             return out
         return out, np.asarray(rs[0].received_splits, dtype=np.int32)
 
-    return _api.submit([op], arr, finalize)
+    return run([op], arr, finalize)
 
 
 @_documented
@@ -448,7 +457,7 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
 
     {errors}
     """
-    return _api.synchronize(alltoall_async(tensor, splits, name, process_set, dtype, timeout))
+    return _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit_sync)
 
 
 def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -456,6 +465,11 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Avera
                         postscale_factor: float = 1.0, dtype: Union[None, str, int, np.dtype] = None,
                         timeout: Optional[float] = None) -> int:
     """Starts :func:`reducescatter` and returns a handle; :func:`synchronize` returns this rank's block."""
+    return _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,
+                          _api.submit)
+
+
+def _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout, run):
     ps = process_sets.resolve(process_set)
     arr = _as_array(tensor, "reducescatter", writable=False)
     _at_least_1d(arr, "reducescatter")
@@ -468,7 +482,7 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Avera
     req = Op(_core.REDUCESCATTER, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", reduce_op=op,
              prescale=float(prescale_factor), postscale=float(postscale_factor), process_set=ps.process_set_id,
              timeout=_api.check_timeout(timeout))
-    return _api.submit([req], (arr, out), lambda rs: out)
+    return run([req], (arr, out), lambda rs: out)
 
 
 @_documented
@@ -497,8 +511,8 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
 
     {errors}
     """
-    return _api.synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                                postscale_factor, dtype, timeout))
+    return _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,
+                          _api.submit_sync)
 
 
 # ---------------------------------------------------------------- CUDA arrays (issue 9)

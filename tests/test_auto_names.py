@@ -2,12 +2,19 @@
 sequences of accepted calls are equal, meet again after one rank ran ahead, restart with every init(),
 and refuse unnamed calls from several threads at once instead of letting them time out.
 
-Every body returns what each rank observed; the tests check exact values on every rank."""
+Every body returns what each rank observed; the tests check exact values on every rank. Numbered names
+belong to the handle path (allgather_async + synchronize): a blocking unnamed call reuses one
+synchronous name instead (tests/test_sync_path.py), so the bodies below gather through _gather."""
 
 import numpy as np
 import pytest
 
 from mp import run_ranks
+
+
+def _gather(hvd, x, **kw):
+    """An unnamed allgather by the handle path, which numbers its name."""
+    return hvd.synchronize(hvd.allgather_async(x, **kw))
 
 
 def rejected_call_keeps_numbers():
@@ -30,7 +37,7 @@ def rejected_call_keeps_numbers():
                 call()
             except ValueError as e:
                 refused.append(type(e).__name__)
-    out = [hvd.allgather(np.full(1, rank + 10 * i, np.int32), timeout=20).tolist() for i in range(3)]
+    out = [_gather(hvd, np.full(1, rank + 10 * i, np.int32), timeout=20).tolist() for i in range(3)]
     return {"refused": refused, "out": out}
 
 
@@ -50,11 +57,11 @@ def one_rank_ran_ahead(signal_path):
     import pyhorovod as hvd
     hvd.init()
     rank = hvd.rank()
-    first = hvd.allgather(np.full(1, rank, np.int32)).tolist()
+    first = _gather(hvd, np.full(1, rank, np.int32)).tolist()
     message = ""
     if rank == 0:
         try:
-            hvd.allgather(np.zeros(1, np.int32), timeout=2)
+            _gather(hvd, np.zeros(1, np.int32), timeout=2)
         except hvd.HorovodTimeoutError as e:
             message = str(e)
         open(signal_path, "w").close()
@@ -62,7 +69,7 @@ def one_rank_ran_ahead(signal_path):
         deadline = time.monotonic() + 30
         while not os.path.exists(signal_path) and time.monotonic() < deadline:
             time.sleep(0.01)
-    after = [hvd.allgather(np.full(1, rank + 10 * i, np.int32), timeout=20).tolist() for i in range(1, 3)]
+    after = [_gather(hvd, np.full(1, rank + 10 * i, np.int32), timeout=20).tolist() for i in range(1, 3)]
     return {"first": first, "message": message, "after": after}
 
 
@@ -96,7 +103,7 @@ def names_differ():
     import time
     message = "no error"
     try:
-        hvd.allgather(np.zeros(1, np.int32), timeout=2)
+        _gather(hvd, np.zeros(1, np.int32), timeout=2)
     except hvd.HorovodTimeoutError as e:
         message = str(e)
     time.sleep(5)  # until rank 1's requests have timed out too

@@ -46,7 +46,8 @@ def test_every_benchmark_help_shows_its_defaults():
         missing = [e for e in options if "(default: " not in e]
         assert not missing, f"{f}: options without their default: {missing}"
     # Enumerations list their choices, and an unknown one is refused before anything runs.
-    assert "of: allreduce, allgather, broadcast (default: allreduce,allgather,broadcast)" in \
+    assert ("of: allreduce, allgather, broadcast, alltoall, reducescatter "
+            "(default: allreduce,allgather,broadcast,alltoall,reducescatter)") in \
         " ".join(outs["collectives.py"][0].split())
     assert "{trajectory,overhead,worker-trajectory,worker-overhead}" in outs["noise_scale.py"][0]
     r = subprocess.run([sys.executable, os.path.join(BENCH, "collectives.py"), "--ops", "allreduce,scatter"],

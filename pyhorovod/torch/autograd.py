@@ -39,8 +39,8 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, ps):
         ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, ps
-        out = ops.synchronize(ops.allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                                                  postscale_factor=postscale, process_set=ps))
+        out = ops._allreduce_async([tensor], False, False, None, name, op, prescale, postscale, ps,
+                                   run=_api.submit_sync)
         if op in (_api.Min, _api.Max):
             ctx.save_for_backward(tensor, out)
         return out
@@ -139,7 +139,7 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, ps):
         ctx.rows, ctx.ps = int(tensor.shape[0]) if tensor.dim() else 0, ps
-        return ops.synchronize(ops.allgather_async(tensor, name=name, process_set=ps))
+        return ops._allgather_async([tensor], False, name, ps, run=_api.submit_sync)
 
     @staticmethod
     def backward(ctx, grad):
@@ -191,7 +191,7 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, ps):
         ctx.root_rank, ctx.ps = root_rank, ps
-        return ops.synchronize(ops.broadcast_async(tensor, root_rank, name=name, process_set=ps))
+        return ops._broadcast_async(tensor, root_rank, name, ps, False, run=_api.submit_sync)
 
     @staticmethod
     def backward(ctx, grad):
@@ -229,7 +229,7 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, ps):
-        out, received = ops.synchronize(ops.alltoall_async(tensor, splits=splits, name=name, process_set=ps))
+        out, received = ops._alltoall_async(tensor, splits, name, ps, run=_api.submit_sync)
         ctx.received, ctx.ps = received, ps
         ctx.mark_non_differentiable(received)
         return out, received
@@ -288,8 +288,8 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, ps, prescale, postscale):
         ctx.args = (op, prescale, postscale, ps)
-        return ops.synchronize(ops.reducescatter_async(tensor, name=name, op=op, process_set=ps,
-                                                       prescale_factor=prescale, postscale_factor=postscale))
+        return ops._reducescatter_async([tensor], False, name, op, ps, prescale, postscale,
+                                        run=_api.submit_sync)
 
     @staticmethod
     def backward(ctx, grad):

@@ -38,7 +38,9 @@ def _writeback(pairs):
 # ---------------------------------------------------------------- allreduce
 
 def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_factor, postscale_factor,
-                     process_set, sumsq=None, extra_ops=()):
+                     process_set, sumsq=None, extra_ops=(), run=_api.submit):
+    """run: _api.submit (returns a handle) or _api.submit_sync (waits; returns the result). The private
+    builders below take it too."""
     what = ("grouped_" if grouped else "") + "allreduce" + ("_" if inplace else "")
     ps = cv.process_set(process_set)
     op = cv.resolve_op(op, average)
@@ -68,7 +70,7 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale_fact
             _writeback(zip(tensors, outputs))
         return list(results) if grouped else results[0]
 
-    return _api.submit(ops + list(extra_ops), (tensors, inputs, outputs), finalize)
+    return run(ops + list(extra_ops), (tensors, inputs, outputs), finalize)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -117,8 +119,8 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
     Returns:
         ``tensor``, now holding the reduction.
     """
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
+                            process_set, run=_api.submit_sync)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -158,7 +160,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
 
 # ---------------------------------------------------------------- allgather
 
-def _allgather_async(tensors, grouped, name, process_set):
+def _allgather_async(tensors, grouped, name, process_set, run=_api.submit):
     what = "grouped_allgather" if grouped else "allgather"
     ps = cv.process_set(process_set)
     tensors = list(tensors)
@@ -178,7 +180,7 @@ def _allgather_async(tensors, grouped, name, process_set):
         outs = [cv.from_result(r, t.dtype, t.device) for r, t in zip(rs, tensors)]
         return outs if grouped else outs[0]
 
-    return _api.submit(ops, inputs, finalize)
+    return run(ops, inputs, finalize)
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -203,7 +205,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 
 # ---------------------------------------------------------------- broadcast
 
-def _broadcast_async(tensor, root_rank, name, process_set, inplace):
+def _broadcast_async(tensor, root_rank, name, process_set, inplace, run=_api.submit):
     what = "broadcast_" if inplace else "broadcast"
     ps = cv.process_set(process_set)
     root = cv.set_root(root_rank, ps)
@@ -224,7 +226,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, inplace):
             return tensor
         return out
 
-    return _api.submit([op], (tensor, x, out), finalize)
+    return run([op], (tensor, x, out), finalize)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -260,7 +262,7 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     Returns:
         ``tensor``.
     """
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _broadcast_async(tensor, root_rank, name, process_set, True, run=_api.submit_sync)
 
 
 # ---------------------------------------------------------------- alltoall
@@ -302,6 +304,10 @@ def alltoall_async(tensor: torch.Tensor, splits: Union[None, Sequence[int], torc
         ``(output, received_splits)``, received_splits an int32 tensor of the rows received from each
         rank.
     """
+    return _alltoall_async(tensor, splits, name, process_set)
+
+
+def _alltoall_async(tensor, splits, name, process_set, run=_api.submit):
     ps = cv.process_set(process_set)
     code = cv.check_tensor(tensor, "alltoall")
     cv.at_least_1d(tensor, "alltoall")
@@ -325,12 +331,13 @@ def alltoall_async(tensor: torch.Tensor, splits: Union[None, Sequence[int], torc
             received = [rows // n] * n
         return out, torch.tensor(list(received), dtype=torch.int32)
 
-    return _api.submit([op], x, finalize)
+    return run([op], x, finalize)
 
 
 # ---------------------------------------------------------------- reducescatter
 
-def _reducescatter_async(tensors, grouped, name, op, process_set, prescale_factor, postscale_factor):
+def _reducescatter_async(tensors, grouped, name, op, process_set, prescale_factor, postscale_factor,
+                         run=_api.submit):
     what = "grouped_reducescatter" if grouped else "reducescatter"
     ps = cv.process_set(process_set)
     op = cv.check_op(_api.resolve_op(op, None))
@@ -354,7 +361,7 @@ def _reducescatter_async(tensors, grouped, name, op, process_set, prescale_facto
                       name=_name(name, i if grouped else None), reduce_op=op, prescale=prescale,
                       postscale=postscale, process_set=ps.process_set_id, device=cv.device_of(x),
                       stream=cv.stream_of(x)))
-    return _api.submit(ops, (inputs, outputs), lambda rs: list(outputs) if grouped else outputs[0])
+    return run(ops, (inputs, outputs), lambda rs: list(outputs) if grouped else outputs[0])
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = _api.Average,

@@ -163,7 +163,7 @@ def main(argv=None):
     if args.ray_worker_niceness is not None:
         os.environ["RAY_worker_niceness"] = str(args.ray_worker_niceness)   # read by the raylet at start
     t0 = time.time()
-    ray.init(num_cpus=2 * args.np, include_dashboard=False,
+    ray.init(address="local", num_cpus=2 * args.np, include_dashboard=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE])}})
     print(f"ray.init (a one-node Ray): {time.time() - t0:.1f} s", flush=True)
     startup = {"run": [], "ray": []}

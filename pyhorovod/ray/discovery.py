@@ -56,6 +56,8 @@ class RayHostDiscovery:
     def node_id(self, hostname: str) -> Optional[str]:
         return self._node_of.get(hostname)
 
+    dynamic = True   # nodes come and go (runner/discovery.HostDiscovery's flag)
+
     def current(self) -> Dict[str, int]:
         with self._lock:
             now = time.monotonic()

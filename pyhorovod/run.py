@@ -15,14 +15,15 @@ Args:
     np: the number of ranks.
     hosts: ``"host1:2,host2:2"``, as the launcher's ``-H``; hostfile: a file of ``host slots=N`` lines.
     start_timeout: seconds for every rank to reach the rendezvous.
+    min_np, max_np, slots, reset_limit: any of them makes the job elastic (``pyhorovod run --min-np ...``);
+        func should then be an ``hvd.elastic.run`` function, and the result holds the last generation's ranks.
     executable: the Python that runs the ranks (default: this one).
 
 Returns:
     The list of every rank's return value, in rank order.
 
 Raises:
-    ValueError: a func that is not callable, an np that is not a positive int, or the elastic keywords
-        (min_np, max_np, slots, reset_limit): elastic training is not available.
+    ValueError: a func that is not callable, or an np that is not a positive int.
     RuntimeError: a rank raised; the message carries that rank's traceback.
 
 ``python -m pyhorovod.run -np 2 python train.py`` runs the launcher instead (as ``pyhorovod run``).

@@ -219,3 +219,57 @@ def test_host_cut_off_the_network_is_dropped():
         check_promises(run, 2, samples=48)
         assert "did not ask for a place within 5 s of the others (cut off or hung)" in run.stderr, run
         assert f"host {net.hosts[2].addr('hv0')} blacklisted" in run.stderr, run
+
+
+HOROVOD_SCRIPT = """
+import os, signal
+import torch
+import torch.nn.functional as F
+import horovod.torch as hvd
+
+hvd.init()
+torch.manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(60, 4), torch.randint(0, 3, (60,)))
+model = torch.nn.Linear(4, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * hvd.size())
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+sampler = hvd.elastic.ElasticSampler(data, shuffle=True)
+loader = torch.utils.data.DataLoader(data, batch_size=5, sampler=sampler)
+
+def on_state_reset():
+    for group in optimizer.param_groups:
+        group["lr"] = 0.1 * hvd.size()
+    print(f"reset: rank {hvd.rank()} of {hvd.size()}", flush=True)
+
+state = hvd.elastic.TorchState(model, optimizer, train_sampler=sampler, epoch=0, batch=0)
+state.register_reset_callbacks([on_state_reset])
+
+@hvd.elastic.run
+def train(state):
+    for state.epoch in range(state.epoch, 2):
+        state.train_sampler.set_epoch(state.epoch)
+        for state.batch, (x, y) in enumerate(loader):
+            if os.environ["PYHOROVOD_WORKER_ID"] == "1" and state.epoch == 1 and state.batch == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            state.train_sampler.record_batch(state.batch, 5)
+            state.commit()
+        state.batch = 0
+
+train(state)
+print("final", hvd.rank(), hvd.size(), [round(v, 6) for v in model.weight.flatten().tolist()], flush=True)
+"""
+
+
+def test_a_horovod_elastic_script_runs_with_the_horovod_alias(tmp_path):
+    script = tmp_path / "horovod_elastic.py"
+    script.write_text(HOROVOD_SCRIPT)
+    r = subprocess.run(launcher_argv(["-np", "3", "--min-np", "2", "-H", hosts(3), "--horovod-compat",
+                                      "python", str(script)]),
+                       capture_output=True, text=True, timeout=150, env=clean_env(), cwd=ROOT)
+    finals = [l.split("final ", 1)[1] for l in r.stdout.splitlines() if "final " in l]
+    assert r.returncode == 0 and len(finals) == 2, r
+    assert len({f.split(" ", 2)[2] for f in finals}) == 1, r   # identical weights
+    assert "reset: rank 1 of 2" in r.stdout and "reset: rank 0 of 2" in r.stdout, r

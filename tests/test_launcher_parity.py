@@ -1,5 +1,5 @@
 """horovodrun's command line under `pyhorovod run`: every Horovod flag is honoured (exported as the
-variable the ranks read), noted as having no effect, or refused (elastic, jsrun); Horovod's short forms,
+variable the ranks read), noted as having no effect, or refused (jsrun); Horovod's short forms,
 --config-file, timestamps; and the programmatic `pyhorovod.run(func, ...)`. Every launch has a deadline."""
 import json
 import re
@@ -194,8 +194,21 @@ elif mode == "module":
     print(json.dumps([pyhorovod.run is run, run(len, args=("abc",), np=1)]))
 elif mode == "mpi":
     print(json.dumps(pyhorovod.run(rank_sum, args=(1.0,), np=2, use_mpi=True)))
+elif mode == "elastic":
+    def elastic_sum():
+        import pyhorovod as hvd
+        state = hvd.elastic.ObjectState(step=0)
+
+        @hvd.elastic.run
+        def train(state):
+            while state.step < 3:
+                state.step += 1
+                state.commit()
+            return rank_sum(1.0)
+        return train(state)
+    print(json.dumps(pyhorovod.run(elastic_sum, np=2, min_np=1, max_np=2, reset_limit=2)))
 elif mode == "bad":
-    for kwargs in ({"np": 0}, {"np": 2, "min_np": 1}):
+    for kwargs in ({"np": 0}, {"np": 2, "min_np": 3}):
         try:
             pyhorovod.run(len, args=("x",), **kwargs)
         except ValueError as e:
@@ -239,4 +252,10 @@ def test_run_is_a_callable_module_and_checks_its_arguments(tmp_path):
     out, got = run_program(tmp_path, "bad")
     assert out.returncode == 0, out
     assert got == ["pyhorovod.run: np must be a positive int, got 0",
-                   "pyhorovod.run: min_np: elastic training is not supported"], out
+                   "pyhorovod.run: np=2 must lie within min_np=3 .. max_np=3 (min_np >= 1)"], out
+
+
+def test_run_function_elastic(tmp_path):
+    pytest.importorskip("cloudpickle", reason="functions of __main__ need cloudpickle")
+    out, got = run_program(tmp_path, "elastic")
+    assert out.returncode == 0 and got == [[{"rank": r, "size": 2, "total": 1.0} for r in range(2)]], out

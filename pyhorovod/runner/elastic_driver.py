@@ -36,7 +36,7 @@ from .blacklist import Blacklist
 from .discovery import HostDiscovery
 from .hosts import SlotInfo
 from .launch import LaunchOptions, start_store
-from .ranks import RankProcess
+from .ranks import RankProcess, stop_ranks
 from .spawn import spawn_rank
 
 TICK_S = 0.05
@@ -374,21 +374,7 @@ class ElasticDriver:
                          f"longer than --elastic-timeout {self.opts.elastic_timeout_s:g} s{why}")
 
     def _stop_all(self, sig: int) -> None:
-        running = [w.proc for w in self.workers if w.running]
-        for p in running:
-            p.signal(sig)
-        deadline = time.monotonic() + self.opts.launch.kill_grace_s
-        while any(p.running for p in running) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for p in running:
-            if p.running:
-                p.signal(signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while any(p.running for p in running) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for w in self.workers:
-            for pump in w.proc.pumps:
-                pump.join(max(0.1, deadline - time.monotonic()))
+        stop_ranks([w.proc for w in self.workers], sig, self.opts.launch.kill_grace_s)
 
 
 def run_elastic(opts: ElasticOptions) -> int:

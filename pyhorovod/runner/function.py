@@ -38,16 +38,23 @@ def run(func: Callable, args=(), kwargs: Optional[Dict[str, Any]] = None, np: in
         executable: Optional[str] = None) -> List[Any]:
     """Runs func(*args, **kwargs) on np ranks of an initialized job; returns every rank's result, in rank
     order. A rank that raises fails the job: RuntimeError with that rank's traceback. Keywords as
-    horovod.run; the elastic ones (min_np, max_np, slots, reset_limit) are not supported."""
+    horovod.run; with an elastic one (min_np, max_np, slots: slots per host, reset_limit) the job is
+    elastic (func should be an hvd.elastic.run function) and the result holds the ranks of the last
+    generation."""
     if not callable(func):
         raise ValueError(f"pyhorovod.run: func must be callable, got {type(func).__name__}")
     if not isinstance(np, int) or isinstance(np, bool) or np < 1:
         raise ValueError(f"pyhorovod.run: np must be a positive int, got {np!r}")
-    elastic = [k for k, v in dict(min_np=min_np, max_np=max_np, slots=slots, reset_limit=reset_limit).items()
-               if v is not None]
-    if elastic:
-        raise ValueError(f"pyhorovod.run: {', '.join(elastic)}: elastic training is not supported")
+    elastic = {"--min-np": min_np, "--max-np": max_np, "--slots-per-host": slots, "--reset-limit": reset_limit}
     argv = ["-np", str(np)]
+    for flag, value in elastic.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    most = max(v for v in (np, min_np, max_np) if v is not None)
+    lo = min_np if min_np is not None else np
+    hi = max_np if max_np is not None else max(np, lo)
+    if not 1 <= lo <= np <= hi:
+        raise ValueError(f"pyhorovod.run: np={np} must lie within min_np={lo} .. max_np={hi} (min_np >= 1)")
     for flag, value in (("-H", hosts), ("--hostfile", hostfile), ("--start-timeout", start_timeout),
                         ("--ssh-port", ssh_port), ("--ssh-identity-file", ssh_identity_file),
                         ("--output-filename", output_filename), ("--mpi-args", mpi_args),
@@ -72,7 +79,7 @@ def run(func: Callable, args=(), kwargs: Optional[Dict[str, Any]] = None, np: in
 
     def store_env(bind_host: str) -> Dict[str, str]:
         # Not the rendezvous store's 1 MiB default per value: the function and each result may take 64 MiB.
-        limits = {"max_value_bytes": MAX_PAYLOAD, "max_total_bytes": (np + 1) * MAX_PAYLOAD + (1 << 20)}
+        limits = {"max_value_bytes": MAX_PAYLOAD, "max_total_bytes": (most + 1) * MAX_PAYLOAD + (1 << 20)}
         limits.update(store_limits(os.environ))
         server = _core.TcpStoreServer(bind_host, 0, secret.encode(), **limits)
         stores.append((server, bind_host))
@@ -85,8 +92,11 @@ def run(func: Callable, args=(), kwargs: Optional[Dict[str, Any]] = None, np: in
             raise RuntimeError(f"pyhorovod.run: the job did not start (exit status {code}; see above)")
         server, bind_host = stores[0]
         client = _core.TcpStore(bind_host, server.port, secret.encode(), 10.0)
+        size = np
+        if any(v is not None for v in elastic.values()):   # the last generation's size
+            size = next((r for r in range(most) if not client.check(RESULT_KEY.format(rank=r))), most)
         outcomes = [pickler().loads(client.get(RESULT_KEY.format(rank=r), 1.0))
-                    if client.check(RESULT_KEY.format(rank=r)) else None for r in range(np)]
+                    if client.check(RESULT_KEY.format(rank=r)) else None for r in range(size)]
     finally:
         for server, _ in stores:
             server.close()

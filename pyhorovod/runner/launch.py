@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from . import output, remote
 from .hosts import SlotInfo
-from .ranks import RankProcess
+from .ranks import RankProcess, stop_ranks
 from .spawn import spawn_rank
 
 RESTART_ENV = "PYHOROVOD_RESTART_COUNT"
@@ -259,27 +259,7 @@ class Attempt:
         return named
 
     def _stop_all(self, sig: int) -> None:
-        """sig to every running rank's group, SIGKILL after the grace period, then drain their output."""
-        running = [r for r in self.ranks if r.running]
-        for r in running:
-            r.signal(sig)
-        deadline = time.monotonic() + self.opts.kill_grace_s
-        while any(r.running for r in running) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for r in self.ranks:
-            if r.running:
-                r.signal(signal.SIGKILL)
-            elif r.proc.stdin is not None and not r.proc.stdin.closed:
-                try:
-                    r.proc.stdin.close()
-                except OSError:
-                    pass
-        deadline = time.monotonic() + 5.0
-        while any(r.running for r in self.ranks) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        for r in self.ranks:
-            for pump in r.pumps:
-                pump.join(max(0.1, deadline - time.monotonic()))
+        stop_ranks(self.ranks, sig, self.opts.kill_grace_s)
 
 
 class _ReadyProbe:

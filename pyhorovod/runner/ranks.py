@@ -167,3 +167,27 @@ class RankProcess:
             return True
         lines = [l for l in self.pumps[1].tail_text().splitlines() if l.strip()]
         return bool(lines) and _COLLECTIVE_ERROR.match(lines[-1]) is not None
+
+
+def stop_ranks(ranks, sig: int, grace_s: float) -> None:
+    """sig to every running rank's group, SIGKILL after grace_s, then drain their output."""
+    running = [r for r in ranks if r.running]
+    for r in running:
+        r.signal(sig)
+    deadline = time.monotonic() + grace_s
+    while any(r.running for r in running) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for r in ranks:
+        if r.running:
+            r.signal(signal.SIGKILL)
+        elif r.proc.stdin is not None and not r.proc.stdin.closed:
+            try:
+                r.proc.stdin.close()
+            except OSError:
+                pass
+    deadline = time.monotonic() + 5.0
+    while any(r.running for r in ranks) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for r in ranks:
+        for pump in r.pumps:
+            pump.join(max(0.1, deadline - time.monotonic()))

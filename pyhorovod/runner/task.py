@@ -17,14 +17,17 @@ def main() -> int:
     secret = os.environ.pop(SECRET_ENV).encode()   # not inherited by what func starts
     store = _core.TcpStore(host, int(port), secret, FETCH_TIMEOUT_S)
     func, args, kwargs = pickler().loads(store.get(FUNC_KEY, FETCH_TIMEOUT_S))
+    from pyhorovod.elastic._membership import WorkerStopped
     pyhorovod.init()
-    key = RESULT_KEY.format(rank=pyhorovod.rank())
     try:
         value = func(*args, **kwargs)
+    except WorkerStopped:
+        raise   # an elastic worker the driver let go: it has no result
     except BaseException:
-        store.set(key, pickler().dumps(("error", traceback.format_exc())))
+        store.set(RESULT_KEY.format(rank=pyhorovod.rank()), pickler().dumps(("error", traceback.format_exc())))
         raise
-    store.set(key, pickler().dumps(("ok", value)))
+    # The rank at the end: in an elastic job it may differ from the first one.
+    store.set(RESULT_KEY.format(rank=pyhorovod.rank()), pickler().dumps(("ok", value)))
     return 0
 
 

@@ -9,7 +9,8 @@ forms generations (generation.py) through the protocol of pyhorovod/elastic/_mem
   2. plan: workers on hosts that left the discovery (or were blacklisted) are marked to be let go; new
      workers start on free slots up to the target (-np at first, --max-np once hosts were added); a
      change that kills nobody bumps the store's hosts record, so that the running workers raise
-     HostsUpdatedInterrupt at their next commit and ask for a place;
+     HostsUpdatedInterrupt at their next commit and ask for a place -- for new workers, once they have
+     asked for one themselves, so that the others train on while they start;
   3. form: once every live worker has asked, the ones staying get their places and the others
      {"stop"}. Survivors that hit a collective error ask by themselves after restoring their state.
 The job ends with 0 once every worker has exited after one returned from train; with 1 and a message
@@ -103,6 +104,7 @@ class ElasticDriver:
         self.below_since: Optional[float] = None
         self.last_failure = ""
         self._removal_pending = False
+        self._joining: List[Worker] = []   # started since the last generation, not yet announced
         self.asking_since: Optional[float] = None   # when a member of the running generation first asked
         self.formed_at: Dict[int, float] = {}    # generation -> monotonic time it formed (benchmarks)
         self._secret_dir: Optional[str] = None
@@ -191,7 +193,6 @@ class ElasticDriver:
             self.target = self.opts.max_np   # hosts were added: grow as far as allowed
         self.known_hosts |= discovered
         self._read_target()
-        added = False
         for w in self.workers:
             if w.running and not w.release and w.hostname not in hosts:
                 self._let_go(w, f"host {w.hostname} is no longer in the discovery (or is blacklisted)")
@@ -206,11 +207,16 @@ class ElasticDriver:
                 free = slots - sum(1 for w in staying if w.hostname == host)
                 while free > 0 and len(staying) < min(self.target, self.opts.max_np):
                     staying.append(self._start(host))
+                    self._joining.append(staying[-1])
                     free -= 1
-                    added = True
-        if (added or self._removal_pending) and self.gen >= 0:
-            self.removed_only = self.removed_only and not added
+        # New workers are announced once they have asked for a place (past their imports and init):
+        # announced at their start, the running workers would wait in their reset for the whole start-up.
+        self._joining = [w for w in self._joining if w.running and not w.release and w.rank is None]
+        ready = [w for w in self._joining if w.asked > w.answered]
+        if (ready or self._removal_pending) and self.gen >= 0:
+            self.removed_only = self.removed_only and not ready
             self._announce_hosts()
+            self._joining = [w for w in self._joining if w not in ready]
         self._removal_pending = False
 
     def _let_go(self, w: Worker, why: str) -> None:

@@ -16,9 +16,10 @@ Parts (all timed by the clock of this one machine):
           (forming), -> rank 0's reset callback (init), -> first step (sync broadcast + one step).
   add     3 -> 4: a new host name is added to the discovery file; measured: the write to the first step
           completed by the new worker, split into: the write -> the new process runs (discovery interval,
-          the driver's spawn), its imports (torch, pyhorovod), -> the driver's "generation" line (it asked,
-          and the running workers reached a commit), -> its init returned, building the model and state,
-          -> its first step (the sync broadcast of the state, one step).
+          the driver's spawn), its imports (torch, pyhorovod) and model, -> the driver's "generation" line (it
+          asked, and the running workers reached a commit), -> its init returned, the optimizer and state,
+          -> its first step (the sync broadcast of the state, one step); and the running workers' pause:
+          rank 0's last step at 3 to its first at 4.
           One launch does --rounds kill/add cycles (each kill blacklists a host; each add is a new name).
   steady  the same job at 4 ranks on one host: elastic (pyhorovod run --min-np 4 --max-np 4, commit every
           --commit-every steps) against fixed (plain pyhorovod run, no state, no commits), launched in
@@ -49,17 +50,19 @@ def job(args):
     import torch
     import torch.nn.functional as F
     import pyhorovod.torch as hvd
-    imported = time.time()
     torch.set_num_threads(1)
     torch.manual_seed(1234)
-    hvd.init()
-    # A newcomer's start-up, for the add part: process start, imports done, place in a generation got.
-    C.emit(dict(kind="startup", started=started, imported=imported, t=time.time(), pid=os.getpid(),
-                worker=os.environ.get("PYHOROVOD_WORKER_ID", str(hvd.rank()))))
+    # Model and plain optimizer before init(), as a joining worker should (the others wait in their sync
+    # for what it does after init); torch's first optimizer imports torch._dynamo, seconds on this machine.
     args.model = "mlp"
     model = build_model(args)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
-                                         named_parameters=model.named_parameters())
+    sgd = torch.optim.SGD(model.parameters(), lr=0.001)
+    imported = time.time()
+    hvd.init()
+    # A newcomer's start-up, for the add part: process start, imports and model built, place got.
+    C.emit(dict(kind="startup", started=started, imported=imported, t=time.time(), pid=os.getpid(),
+                worker=os.environ.get("PYHOROVOD_WORKER_ID", str(hvd.rank()))))
+    optimizer = hvd.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
     x = torch.randn(args.batch, args.input)
     y = torch.randint(0, args.classes, (args.batch,))
     worker = os.environ.get("PYHOROVOD_WORKER_ID", str(hvd.rank()))
@@ -250,11 +253,16 @@ def recovery(args, env):
             mine = lambda kind: launch.wait_for(lambda r: r["kind"] == kind and r["worker"] == joined["worker"],
                                                 5, f"the new worker's {kind} record")
             startup, ready = mine("startup"), mine("ready")
+            first4 = launch.wait_for(lambda r: r["kind"] == "step" and r["size"] == 4 and r["rank"] == 0
+                                     and r["t"] > t_add, 5, "rank 0's first step at size 4")
+            with launch.cond:
+                last3 = max(r["t"] for r in launch.records if r["kind"] == "step" and r["size"] == 3
+                            and r["rank"] == 0 and r["t"] < first4["t"])
             adds.append({"total": joined["t"] - t_add, "to process": startup["started"] - t_add,
-                         "imports": startup["imported"] - startup["started"],
+                         "imports+model": startup["imported"] - startup["started"],
                          "to generation": (gen or startup["t"]) - startup["imported"],
-                         "init": startup["t"] - (gen or startup["imported"]), "build model": ready["t"] - startup["t"],
-                         "sync+step": joined["t"] - ready["t"]})
+                         "init": startup["t"] - (gen or startup["imported"]), "opt+state": ready["t"] - startup["t"],
+                         "sync+step": joined["t"] - ready["t"], "others' pause": first4["t"] - last3})
             print(f"[elastic_recovery] round {rnd + 1}: host added -> its first step: {adds[-1]['total']:.2f} s "
                   f"({', '.join(f'{k} {v:.2f}' for k, v in adds[-1].items() if k != 'total')})", flush=True)
             t_mark = joined["t"]

@@ -56,18 +56,19 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
-    hvd.init()
     torch.manual_seed(args.seed)
+    # Data, model and optimizer come before init(): a worker that joins a running job takes its place at
+    # init(), and the others wait in their next sync for whatever it does after that.
     x_train, y_train = load("train", args.data_dir)
     x_test, y_test = load("test", args.data_dir)
     if args.limit:
         x_train, y_train = x_train[:args.limit], y_train[:args.limit]
         x_test, y_test = x_test[:args.limit // 6], y_test[:args.limit // 6]
-    # The warmup is counted in steps of the job's first size; after a resize it goes on from its position.
-    steps_per_epoch = len(x_train) // (hvd.size() * args.batch_size)
-
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    hvd.init()
+    # The warmup is counted in steps of the job's first size; after a resize it goes on from its position.
+    steps_per_epoch = len(x_train) // (hvd.size() * args.batch_size)
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(), lr_scaling=args.lr_scaling,
         base_batch_size=args.base_batch, batch_size=args.batch_size,

@@ -179,12 +179,12 @@ def mlp_args(args):
             "--classes", str(args.classes), "--batch", str(args.batch), "--commit-every", str(args.commit_every)]
 
 
-def latest_steps(launch, size):
-    """{worker: its latest step record at this size}."""
+def latest_steps(launch, size, after):
+    """{worker: its latest step record at this size}, of steps after time `after` (the current members)."""
     with launch.cond:
         out = {}
         for r in launch.records:
-            if r["kind"] == "step" and r["size"] == size:
+            if r["kind"] == "step" and r["size"] == size and r["t"] > after:
                 out[r["worker"]] = r
         return out
 
@@ -226,7 +226,7 @@ def recovery(args, env):
         t_mark = 0.0
         for rnd in range(args.rounds):
             wait_steps_at(launch, 4, 4, t_mark, 300)
-            victims = latest_steps(launch, 4)
+            victims = latest_steps(launch, 4, t_mark)
             victim = max(victims.values(), key=lambda r: r["rank"])
             t_kill = time.time()
             os.kill(victim["pid"], signal.SIGKILL)

@@ -5,7 +5,7 @@ PYTHON ?= python3
 BUILD_DIR ?= build/cmake-$(shell $(PYTHON) -c "import sys, sysconfig; print(sys.implementation.cache_tag + '-' + sysconfig.get_platform())")
 JOBS ?= 2
 
-.PHONY: build test cxx-test py-test demo allreduce-demo clean
+.PHONY: build test cxx-test py-test demo elastic-demo allreduce-demo clean
 
 build:
 	cmake -S . -B $(BUILD_DIR) -DPython_EXECUTABLE=$$(which $(PYTHON)) -DCMAKE_BUILD_TYPE=Release \
@@ -27,6 +27,12 @@ py-test: build
 # (linear LR scaling with warmup; a few minutes on 2 cores). `allreduce-demo` prints a small busbw table.
 demo: build
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pyhorovod.run -np 4 $(PYTHON) examples/fashion_mnist.py --epochs 2
+
+# The elastic job: the same training through hvd.elastic on 4 workers, one SIGKILLed and one host added
+# mid-epoch by the discovery script (examples/elastic_demo.py edits its file), then `demo`'s run without
+# elasticity; prints both test accuracies (exit 1 if they are more than 1 point apart).
+elastic-demo: build
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) examples/elastic_demo.py --epochs 2
 
 allreduce-demo: build
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pyhorovod.run -np 4 $(PYTHON) examples/allreduce_demo.py

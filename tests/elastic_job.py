@@ -10,7 +10,8 @@ Environment: EJ_SAMPLES, EJ_EPOCHS, EJ_SLEEP (seconds per step), EJ_FAULTS: "wor
 separated by commas; kind is kill-allreduce (SIGKILL while the gradients' allreduces run),
 kill-sync (SIGKILL during the state's broadcast), kill-commit (SIGKILL between save and the host check),
 raise (an exception in user code). `batches` is the state's step counter when the fault fires (for
-kill-sync: the first sync at or after it). Each line the job prints for the test begins with "EJ ".
+kill-sync: the first sync at or after it). EJ_SLOW_START "worker:seconds": that worker reports "boot"
+and sleeps so long before its init (a slow start-up). Each line the job prints for the test begins with "EJ ".
 """
 import json
 import os
@@ -60,6 +61,10 @@ class JobState(hvd.elastic.TorchState):
         report("restore", batches=self.batches, commits=self.commits)
 
 
+for worker, seconds in [os.environ["EJ_SLOW_START"].split(":")] if os.environ.get("EJ_SLOW_START") else []:
+    if worker == WORKER:
+        report("boot")
+        time.sleep(float(seconds))
 hvd.init()
 data = torch.Generator().manual_seed(1)
 X = torch.randn(N, 8, generator=data)

@@ -117,11 +117,7 @@ def test_exception_in_user_code_on_one_rank():
 
 
 def test_hosts_added_then_removed_by_discovery(tmp_path):
-    listing = tmp_path / "hosts"
-    listing.write_text("127.0.0.1\n127.0.0.2\n")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {listing}\n")
-    script.chmod(0o755)
+    script, listing = _discovery(tmp_path, ["127.0.0.1", "127.0.0.2"]), tmp_path / "hosts"
     phase, grown_at = ["2"], []
 
     def change_hosts(run, record):
@@ -275,3 +271,27 @@ def test_a_horovod_elastic_script_runs_with_the_horovod_alias(tmp_path):
     assert r.returncode == 0 and len(finals) == 2, r
     assert len({f.split(" ", 2)[2] for f in finals}) == 1, r   # identical weights
     assert "reset: rank 1 of 2" in r.stdout and "reset: rank 0 of 2" in r.stdout, r
+
+
+def test_the_others_train_on_while_an_added_worker_starts(tmp_path):
+    # The new worker (id 2) takes 3 s more between its start and its init. The running workers hear of it
+    # only once it has asked for a place, so they keep committing at size 2 meanwhile (announced at its
+    # start, they would wait in their reset for its whole start-up).
+    script, listing = _discovery(tmp_path, ["127.0.0.1", "127.0.0.2"]), tmp_path / "hosts"
+    booted = []
+
+    def add_host(run, record):
+        if record["kind"] == "commit" and record["commits"] == 3 and not booted:
+            listing.write_text("127.0.0.1\n127.0.0.2\n127.0.0.3\n")
+            booted.append(None)
+        elif record["kind"] == "boot":
+            booted.append(len(run.records))
+
+    run = Run(["-np", "2", "--min-np", "2", "--max-np", "3", "--host-discovery-script", str(script)],
+              env={"EJ_EPOCHS": "6", "EJ_SAMPLES": "96", "EJ_SLEEP": "0.1", "EJ_SLOW_START": "2:3"},
+              on_line=add_host)
+    check_promises(run, 3, epochs=6, samples=96)   # 144 batches at size 2 would take >= 14 s: it joins
+    assert len(booted) == 2, run
+    joined = next(i for i, r in enumerate(run.records) if r["kind"] == "start" and r["size"] == 3)
+    during_start = [r for r in run.records[booted[1]:joined] if r["kind"] == "commit" and r["size"] == 2]
+    assert len(during_start) >= 3, (len(during_start), run)   # (0 when they wait for it)

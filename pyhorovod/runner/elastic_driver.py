@@ -166,7 +166,7 @@ class ElasticDriver:
             if code == 0:
                 if not w.stopped and self.finished is None:
                     self.finished = w
-                    output.emit(f"{w.where()} returned from train; the job ends when every worker has")
+                    output.emit(f"{w.where()} returned from train; the job ends once every worker has exited")
                 continue
             if w.proc.stopped_by_launcher:
                 continue

@@ -31,20 +31,12 @@ import torch.nn.functional as F
 import pyhorovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fashion_mnist import DATA_DIR, Net, evaluate, load  # noqa: E402 -- needs the path above
+from fashion_mnist import Net, add_training_args, evaluate, load  # noqa: E402 -- needs the path above
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="examples per rank per step")
-    p.add_argument("--lr", type=float, default=0.05, help="LR tuned for --base-batch examples per step")
-    p.add_argument("--base-batch", type=int, default=64)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--warmup-epochs", type=float, default=1.0, help="gradual warmup length (0: none)")
-    p.add_argument("--lr-scaling", choices=["linear", "sqrt", "none"], default="linear")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N training and N/6 test images")
-    p.add_argument("--data-dir", default=DATA_DIR)
+    add_training_args(p, epochs=2)
     p.add_argument("--commit-every", type=int, default=10, help="batches between commits")
     p.add_argument("--kill-worker", default="", help="this worker id SIGKILLs itself (failure demo)")
     p.add_argument("--kill-at-batch", type=int, default=-1, help="... after the job's batch number N")

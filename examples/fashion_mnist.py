@@ -119,9 +119,9 @@ def save_checkpoint(directory, model, optimizer, epoch):
     os.replace(tmp, path)  # atomic: a crash mid-save leaves the previous checkpoint intact
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=3)
+def add_training_args(p, epochs: int) -> None:
+    """The training flags this example shares with elastic_fashion_mnist.py."""
+    p.add_argument("--epochs", type=int, default=epochs)
     p.add_argument("--batch-size", type=int, default=64, help="examples per rank per step")
     p.add_argument("--lr", type=float, default=0.05, help="LR tuned for --base-batch examples per step")
     p.add_argument("--base-batch", type=int, default=64)
@@ -130,6 +130,11 @@ def parse_args(argv):
     p.add_argument("--lr-scaling", choices=["linear", "sqrt", "none"], default="linear")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training and N/6 test images")
     p.add_argument("--data-dir", default=DATA_DIR)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_training_args(p, epochs=3)
     p.add_argument("--checkpoint-dir", default="", help="save every epoch here and resume from it")
     p.add_argument("--fail-at-epoch", type=int, default=-1,
                    help="rank 1 crashes at the start of this epoch on the first start (restart demo)")

@@ -245,8 +245,13 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
     except (ValueError, RuntimeError, OSError) as e:
         output.emit(f"error: {e}")
         return 2
+    return _run_reporting(run_job, opts)
+
+
+def _run_reporting(run, opts) -> int:
+    """run(opts), with a RuntimeError reported as the launcher's error (exit status 1)."""
     try:
-        return run_job(opts)
+        return run(opts)
     except RuntimeError as e:
         output.emit(f"error: {e}")
         return 1
@@ -295,11 +300,7 @@ def _run_elastic(args, command: List[str], extra_env) -> int:
             discovery.close()
         output.emit(f"error: {e}")
         return 2
-    try:
-        return run_elastic(opts)
-    except RuntimeError as e:
-        output.emit(f"error: {e}")
-        return 1
+    return _run_reporting(run_elastic, opts)
 
 
 SUBCOMMANDS = [

@@ -21,14 +21,16 @@ import logging
 import os
 import stat
 import threading
+import time
 from typing import Callable, Dict, List, Optional
 
 from pyhorovod import _bootstrap, _comm, _inert_env, _logging, _rendezvous
 from pyhorovod._config import Config
 from pyhorovod.elastic import _membership
-from pyhorovod.errors import translated
+from pyhorovod.errors import HorovodInternalError, translated
 
 log = logging.getLogger("pyhorovod")
+_RETRY_PAUSE_S = 0.2   # between failed elastic inits: no busy loop while the store is unreachable
 
 
 class _State:
@@ -81,12 +83,40 @@ def init(process_sets=None, env=None, dynamic_process_sets=False, comm=None) -> 
     1, 2, ... in that order, the same on every rank. dynamic_process_sets: allow add_process_set() (as
     HOROVOD_DYNAMIC_PROCESS_SETS=1). comm: the launched ranks (a list, or an mpi4py communicator) that
     form the job (pyhorovod/_comm.py). env: a mapping that replaces os.environ (tests).
+
+    In a worker of the elastic driver a generation that fails to form (a member died or was cut off
+    while the engines connected) is not the end: the worker asks for its place in the next one, for at
+    most the elastic timeout from the first failure. This holds for the first init() too, so a worker
+    that joins while another fails is not lost with it.
     """
+    env = os.environ if env is None else env
+    if comm is not None or not _membership.is_elastic(env):
+        _init_once(process_sets, env, dynamic_process_sets, comm)
+        return
+    first_failure = None
+    while True:
+        try:
+            _init_once(process_sets, env, dynamic_process_sets, None)
+            return
+        except HorovodInternalError as e:
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            limit_s = _membership.wait_timeout_s(env)
+            if now - first_failure > limit_s:
+                raise HorovodInternalError(
+                    f"elastic init: the generation kept failing to form for {limit_s:g} s "
+                    f"({_membership.TIMEOUT_ENV}); last error: {e}") from e
+            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            log.warning("pyhorovod elastic: the generation failed to form (%s); asking for the next one",
+                        first_line)
+            time.sleep(_RETRY_PAUSE_S)
+
+
+def _init_once(process_sets, env, dynamic_process_sets, comm) -> None:
     with _state.lock:
         if _state.engine is not None:
             return
         sockets_before = _open_sockets()
-        env = os.environ if env is None else env
         config = Config.from_env(env)
         _logging.set_up(env)
         _logging.attach_stderr()

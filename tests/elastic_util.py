@@ -30,8 +30,12 @@ from pyhorovod.elastic import _membership
 
 
 class TinyDriver:
-    def __init__(self, target: Callable, workers: int, args=(), timeout: float = 120.0, env=None):
+    def __init__(self, target: Callable, workers: int, args=(), timeout: float = 120.0, env=None,
+                 phantom_in_first: bool = False):
         self.target, self.args, self.timeout = target, list(args), timeout
+        # The first generation gets one more member, a worker id that never runs, so that it cannot form
+        # (as when a member dies while the engines connect): the live workers must ask again.
+        self.phantom_in_first = phantom_in_first
         self.secret = secrets.token_hex(16)
         self.server = _core.TcpStoreServer("127.0.0.1", 0, self.secret.encode())
         self.store = _core.TcpStore("127.0.0.1", self.server.port, self.secret.encode(), 10.0)
@@ -96,9 +100,10 @@ class TinyDriver:
 
     def _assign(self, live: List[int], asks) -> None:
         gen = len(self.generations)
-        self.generations.append([self.ids[i] for i in live])
+        self.generations.append([self.ids[i] for i in live] + (["phantom"] if self.phantom_in_first and gen == 0 else []))
+        size = len(self.generations[-1])
         for rank, i in enumerate(live):
-            record = {"gen": gen, "rank": rank, "size": len(live), "local_rank": rank, "local_size": len(live),
+            record = {"gen": gen, "rank": rank, "size": size, "local_rank": rank, "local_size": size,
                       "cross_rank": 0, "cross_size": 1, "hostname": "localhost", "homogeneous": True,
                       "hosts_version": self.hosts_version}
             wid = self.ids[i]

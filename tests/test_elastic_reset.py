@@ -181,3 +181,26 @@ def test_a_worker_joins_a_job_of_one_and_gets_its_state(tmp_path, removed_only):
     for v in (first, joined):
         _check_epochs(v)
     _check_counters(out, 0)
+
+
+def first_init_body():
+    import torch
+    import pyhorovod.torch as hvd
+    hvd.init()
+    total = hvd.allreduce(torch.full((5,), hvd.rank() + 1.0), op=hvd.Sum, name="after_first_init")
+    return {"rank": hvd.rank(), "size": hvd.size(), "sum": total.tolist()}
+
+
+def test_a_first_generation_that_cannot_form_is_followed_by_the_next(tmp_path):
+    # The first generation names a third member that never comes (as when one dies while the engines
+    # connect): each worker's very first init() fails after the connect timeout, asks again, and joins
+    # the next generation, of the two that live, instead of ending the process.
+    driver = TinyDriver(first_init_body, workers=2, timeout=90, phantom_in_first=True,
+                        env={"PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "3"})
+    driver.start()
+    results = driver.finish()
+    assert driver.generations == [["w0", "w1", "phantom"], ["w0", "w1"]], driver.report()
+    assert sorted((r.value["rank"], r.value["size"], r.value["sum"]) for r in results) == [
+        (0, 2, [3.0] * 5), (1, 2, [3.0] * 5)], driver.report()
+    for r in results:
+        assert "the generation failed to form" in r.stderr, driver.report()

@@ -11,15 +11,14 @@ raises WorkerStopped (a SystemExit(0)) when the driver lets the worker go.
 Whether to sync after a reset is voted (one small allreduce): skip_sync only holds when every rank of
 the new generation has it, so a rank that joined or whose commit failed is never left alone in a sync.
 
-An init that fails during a reset (the store or a peer went away while the generation formed) is
-followed by another reset, for at most the elastic timeout (HOROVOD_ELASTIC_TIMEOUT) from the first
-failure; the driver, which decides who belongs to a generation, sends the worker away long before that
-if it should go. Outside an elastic driver nobody re-forms the job, so both exceptions propagate and
+An init that fails (the store or a peer went away while the generation formed) asks for the next
+generation, for at most the elastic timeout (HOROVOD_ELASTIC_TIMEOUT) from the first failure
+(basics.init); the driver, which decides who belongs to a generation, sends the worker away long
+before that if it should go. Outside an elastic driver nobody re-forms the job, so both exceptions propagate and
 run() amounts to sync() and one call.
 """
 import functools
 import logging
-import time
 from typing import Callable
 
 from pyhorovod import basics
@@ -27,7 +26,6 @@ from pyhorovod.elastic import _membership
 from pyhorovod.errors import HorovodInternalError, HostsUpdatedInterrupt
 
 log = logging.getLogger("pyhorovod.elastic")
-_RETRY_PAUSE_S = 0.2   # between failed inits of one reset: no busy loop while the store is unreachable
 
 
 def run(func: Callable) -> Callable:
@@ -80,29 +78,15 @@ def _anyone_needs_sync(mine: bool) -> bool:
 
 
 def reset() -> None:
-    """shutdown(); init(): this worker's place in the next generation, retried after failed inits."""
+    """shutdown(); init(): this worker's place in the next generation (init() retries a generation that
+    fails to form, basics.init)."""
     import pyhorovod
-    first_failure = None
-    while True:
-        try:
-            basics.shutdown()
-        except HorovodInternalError as e:   # the engine was already broken: it is gone all the same
-            log.debug("pyhorovod elastic: shutdown before the reset reported: %s", _first_line(e))
-        try:
-            pyhorovod.init()
-        except HorovodInternalError as e:
-            now = time.monotonic()
-            first_failure = now if first_failure is None else first_failure
-            limit_s = _membership.wait_timeout_s()
-            if now - first_failure > limit_s:
-                raise HorovodInternalError(
-                    f"elastic reset: init kept failing for {limit_s:g} s ({_membership.TIMEOUT_ENV}); "
-                    f"last error: {e}") from e
-            log.warning("pyhorovod elastic: init during a reset failed (%s); asking again", _first_line(e))
-            time.sleep(_RETRY_PAUSE_S)
-            continue
-        log.info("pyhorovod elastic: re-formed as rank %d of %d", basics.rank(), basics.size())
-        return
+    try:
+        basics.shutdown()
+    except HorovodInternalError as e:   # the engine was already broken: it is gone all the same
+        log.debug("pyhorovod elastic: shutdown before the reset reported: %s", _first_line(e))
+    pyhorovod.init()
+    log.info("pyhorovod elastic: re-formed as rank %d of %d", basics.rank(), basics.size())
 
 
 def _first_line(e: BaseException) -> str:

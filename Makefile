@@ -21,7 +21,7 @@ cxx-test: build
 test: cxx-test py-test
 
 py-test: build
-	$(PYTHON) -m pytest -q -rs --durations=10 tests
+	$(PYTHON) -m pytest -q -rs --durations=25 tests
 
 # The main job: the Fashion-MNIST CNN trained data-parallel on 4 local ranks through our launcher
 # (linear LR scaling with warmup; a few minutes on 2 cores). `allreduce-demo` prints a small busbw table.

@@ -1,6 +1,6 @@
 """A stranger on the network, for tests/test_security.py: clients that misbehave at pyhorovod's ports.
 
-Speaks just enough of the connection handshake (csrc/transport/handshake.h) to be a convincing stranger:
+Speaks just enough of the connection handshake (csrc/rendezvous/handshake.h) to be a convincing stranger:
 
     acceptor  -> connector : ServerHello  {magic u32, version u16, role u16, rank i32, reserved u32, nonce 16}
     connector -> acceptor  : ClientHello  {the same 32-byte layout, then mac_c (32 bytes)}

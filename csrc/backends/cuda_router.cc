@@ -7,7 +7,7 @@
 #include "backends/cuda_backends.h"
 #include "backends/cuda_check.h"
 #include "common/logging.h"
-#include "engine/descriptor.h"
+#include "common/types.h"
 
 namespace phv {
 namespace {

@@ -1,5 +1,7 @@
 #include "common/types.h"
 
+#include <sstream>
+
 namespace phv {
 
 size_t dtype_size(DataType dt) {
@@ -51,6 +53,14 @@ const char* op_type_name(OpType op) {
     case OpType::JOIN: return "join";
   }
   return "unknown";
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
 }
 
 }  // namespace phv

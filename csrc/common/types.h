@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace phv {
 
@@ -25,6 +26,8 @@ size_t dtype_size(DataType dt);
 const char* dtype_name(DataType dt);
 const char* reduce_op_name(ReduceOp op);
 const char* op_type_name(OpType op);
+// "[2, 3]": a shape, or any list of ranks, as every message of the core writes it.
+std::string shape_str(const std::vector<int64_t>& shape);
 
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;

@@ -25,14 +25,6 @@ const char* kind_name(uint8_t kind) {
   return "unknown op";
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
-}
-
 std::string device_str(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
 
 void encode_desc(WireWriter& w, const Desc& d) {

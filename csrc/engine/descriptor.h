@@ -50,7 +50,6 @@ struct Desc {
 };
 
 const char* kind_name(uint8_t kind);       // "allreduce", ..., "add_process_set"
-std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
 std::string device_str(int device);        // "cpu", "cuda:0"
 
 void encode_desc(WireWriter& w, const Desc& d);

@@ -6,6 +6,7 @@
 #include "engine/failure_board.h"
 #include "engine/hierarchy_setup.h"
 #include "rendezvous/tcp_store.h"
+#include "transport/explaining_transport.h"
 
 namespace phv {
 
@@ -32,12 +33,12 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
   Transport* transport = &impl_->backend->transport();
   const ConnectOptions& c = options.connect;
   if (c.size > 1 && c.store_port > 0) {
-    // A transport failure names the peer whose connection broke; the failure board (through a fresh,
+    // A transport failure blames the peer whose connection broke; the failure board (through a fresh,
     // short-lived store client: the store may be gone) adds which rank failed first, and why.
     FailureBoardOptions board{c.store_prefix, c.rank, c.size, 1.0};
     std::string host = c.store_host, secret = c.secret;
     int port = c.store_port;
-    impl_->explaining = new ExplainingTransport(*transport, [board, host, port, secret](const std::string& error) {
+    impl_->explaining = new ExplainingTransport(*transport, [board, host, port, secret](const HvdError& error) {
       TcpStoreClient store(host, port, secret, board.wait_s);
       return explain_failure(store, board, error);
     });

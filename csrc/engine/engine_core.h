@@ -27,8 +27,9 @@
 #include <vector>
 #include "algorithms/tuning.h"
 #include "backends/gpu_backend.h"
-#include "engine/engine.h"
+#include "engine/engine_options.h"
 #include "engine/executor.h"
+#include "engine/handle.h"
 #include "engine/messages.h"
 #include "engine/negotiation.h"
 #include "engine/op.h"

@@ -1,51 +1,48 @@
 #include "engine/failure_board.h"
 
-#include <cctype>
+#include <cstdlib>
 #include <set>
-
-#include "common/interrupt.h"
+#include <utility>
+#include <vector>
 
 namespace phv {
 
-int blamed_peer(const std::string& message, int me) {
-  static const std::string kWord = "rank ";
-  for (size_t pos = message.find(kWord); pos != std::string::npos; pos = message.find(kWord, pos + 1)) {
-    // "rank" must be a word of its own (not the end of "ranks" or "thisrank").
-    if (pos > 0 && std::isalnum(static_cast<unsigned char>(message[pos - 1]))) continue;
-    size_t i = pos + kWord.size();
-    if (i >= message.size() || !std::isdigit(static_cast<unsigned char>(message[i]))) continue;
-    long value = 0;
-    while (i < message.size() && std::isdigit(static_cast<unsigned char>(message[i])) && value < (1L << 30)) {
-      value = value * 10 + (message[i] - '0');
-      ++i;
-    }
-    if (value != me) return static_cast<int>(value);
-  }
-  return -1;
+std::string encode_failure_report(const FailureReport& report) {
+  return std::to_string(report.blamed) + "\n" + report.text;
 }
 
-std::string explain_failure(Store& store, const FailureBoardOptions& o, const std::string& my_error) {
+FailureReport decode_failure_report(const std::string& value) {
+  size_t newline = value.find('\n');
+  // Nine characters at most: any rank fits, and strtol cannot overflow an int.
+  if (newline == std::string::npos || newline == 0 || newline > 9) return FailureReport{kNoPeer, value};
+  char* end = nullptr;
+  long blamed = std::strtol(value.c_str(), &end, 10);
+  if (end != value.c_str() + newline) return FailureReport{kNoPeer, value};
+  return FailureReport{static_cast<int>(blamed), value.substr(newline + 1)};
+}
+
+std::string explain_failure(Store& store, const FailureBoardOptions& o, const HvdError& my_error) {
   auto key = [&](int r) { return o.prefix + "/failure/" + std::to_string(r); };
   try {
-    store.set(key(o.rank), my_error);
+    store.set(key(o.rank), encode_failure_report(FailureReport{my_error.peer(), my_error.what()}));
   } catch (const std::exception&) {
     return "";  // no store (it may have been hosted by the dead rank): nothing to compare with
   }
   std::set<int> visited{o.rank};
   std::vector<std::pair<int, std::string>> chain;  // (rank, its report), in blame order
-  int peer = blamed_peer(my_error, o.rank);
+  int peer = my_error.peer();
   while (peer >= 0 && peer < o.size && visited.insert(peer).second) {
-    std::string report;
+    FailureReport report;
     try {
-      report = store.get(key(peer), o.wait_s);
+      report = decode_failure_report(store.get(key(peer), o.wait_s));
     } catch (const std::exception&) {
       std::string out = " [first failure: rank " + std::to_string(peer) +
                         " reported no error (it died, is stopped, or lost its network)";
       for (const auto& link : chain) out += "; rank " + std::to_string(link.first) + " reported: " + link.second;
       return out + "]";
     }
-    chain.emplace_back(peer, report);
-    peer = blamed_peer(report, peer);
+    chain.emplace_back(peer, report.text);
+    peer = report.blamed;
   }
   if (chain.empty()) return "";
   std::string out;
@@ -58,56 +55,6 @@ std::string explain_failure(Store& store, const FailureBoardOptions& o, const st
   for (size_t i = chain.size() - 1; i-- > 0;)
     out += "; rank " + std::to_string(chain[i].first) + " reported: " + chain[i].second;
   return out + "]";
-}
-
-void ExplainingTransport::rethrow(const HvdError& e) {
-  if (e.kind() == ErrorKind::SHUTDOWN || e.kind() == ErrorKind::INVALID_ARGUMENT) throw e;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (original_.empty()) {
-    original_ = e.what();
-    std::string extra;
-    try {
-      InterruptMask mask;  // an interrupted rank still publishes why it stopped
-      extra = explain_ ? explain_(original_) : std::string();
-    } catch (const std::exception&) {
-      extra.clear();
-    }
-    explained_ = original_ + extra;
-  }
-  if (original_ == e.what()) throw HvdError(e.kind(), explained_);
-  throw e;
-}
-
-RequestId ExplainingTransport::post_send(int peer, const void* buf, size_t len) {
-  try {
-    return inner_.post_send(peer, buf, len);
-  } catch (const HvdError& e) {
-    rethrow(e);
-  }
-}
-
-RequestId ExplainingTransport::post_recv(int peer, void* buf, size_t len) {
-  try {
-    return inner_.post_recv(peer, buf, len);
-  } catch (const HvdError& e) {
-    rethrow(e);
-  }
-}
-
-RequestId ExplainingTransport::post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) {
-  try {
-    return inner_.post_recv_sink(peer, len, grain, sink);
-  } catch (const HvdError& e) {
-    rethrow(e);
-  }
-}
-
-void ExplainingTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
-  try {
-    inner_.progress(completed, deadline);
-  } catch (const HvdError& e) {
-    rethrow(e);
-  }
 }
 
 }  // namespace phv

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
-#include "engine/engine.h"
+#include "engine/engine_options.h"
 #include "engine/fusion.h"
 #include "engine/messages.h"
 #include "engine/process_set.h"

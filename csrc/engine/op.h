@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/types.h"
 #include "engine/descriptor.h"
-#include "engine/engine.h"
+#include "engine/handle.h"
 #include "engine/request.h"
 
 namespace phv {

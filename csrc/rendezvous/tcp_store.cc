@@ -2,8 +2,8 @@
 #include "rendezvous/tcp_store.h"
 
 #include "common/error.h"
+#include "rendezvous/handshake.h"
 #include "rendezvous/store_wire.h"
-#include "transport/handshake.h"
 
 namespace phv {
 namespace {

@@ -1,6 +1,6 @@
 // The rendezvous key/value store over TCP: a server (background thread, one poll loop over all clients)
 // and a client implementing phv::Store. Every connection starts with the secret handshake
-// (transport/handshake.h); only then are requests parsed.
+// (rendezvous/handshake.h); only then are requests parsed.
 //
 // Wire format after the handshake (little-endian):
 //   request  = magic "PHVQ" u32 | op u32 | body_len u32 | nkeys u32 | arg i64 | body
@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/socket.h"
 #include "rendezvous/store.h"
-#include "transport/socket.h"
 
 namespace phv {
 

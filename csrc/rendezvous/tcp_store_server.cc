@@ -13,9 +13,9 @@
 #include "common/error.h"
 #include "common/log_throttle.h"
 #include "common/logging.h"
+#include "rendezvous/handshake.h"
 #include "rendezvous/store_wire.h"
 #include "rendezvous/tcp_store.h"
-#include "transport/handshake.h"
 
 namespace phv {
 namespace {

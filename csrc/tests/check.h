@@ -75,6 +75,18 @@ void expect_error(const char* what, ErrorKind kind, F fn) {
   expect_error(what, kind, {}, fn);
 }
 
+// The peer() of the HvdError fn throws (kNoPeer when it throws none): a failed transport re-throws its
+// first failure from every later call, so this reads the peer of an error expect_error just checked.
+template <class F>
+int thrown_peer(F fn) {
+  try {
+    fn();
+  } catch (const HvdError& e) {
+    return e.peer();
+  }
+  return kNoPeer;
+}
+
 // Prints "<name>: PASSED|FAILED, N checks, N failures" and returns main's exit code (0 = all passed).
 inline int finish(const char* name) {
   int f = failures.load();

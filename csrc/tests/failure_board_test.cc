@@ -1,6 +1,5 @@
-// The failure board (engine/failure_board.h): which peer an error blames, the blame chain through the
-// store (a dead rank, echoes of it, two ranks that lost each other), a broken store, and the transport
-// wrapper that appends the explanation once and repeats it for every later re-throw of the same failure.
+// The failure board (engine/failure_board.h): the reports it publishes, the blame chain through the store
+// (a dead rank, echoes of it, two ranks that lost each other) and a broken store.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -36,81 +35,70 @@ class BrokenStore : public phv::Store {
   [[noreturn]] static void fail() { throw phv::HvdError(phv::ErrorKind::PEER_LOST, "store is gone"); }
 };
 
-// Throws `error` from every call (as a failed TcpTransport re-throws its first failure).
-class FailedTransport : public phv::Transport {
- public:
-  explicit FailedTransport(phv::HvdError error) : error_(std::move(error)) {}
-  int rank() const override { return 1; }
-  int size() const override { return 3; }
-  phv::RequestId post_send(int, const void*, size_t) override { throw error_; }
-  phv::RequestId post_recv(int, void*, size_t) override { throw error_; }
-  void progress(std::vector<phv::RequestId>&, phv::Deadline) override { throw error_; }
-  size_t pending() const override { return 1; }
-  std::string describe_peer(int peer) const override { return "rank " + std::to_string(peer); }
-  phv::HvdError error_;
-};
+// A transport error about `peer`, as TcpTransport throws it.
+phv::HvdError lost(const std::string& text, int peer) { return phv::HvdError(phv::ErrorKind::PEER_LOST, text, peer); }
 
-std::string thrown_by(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const phv::HvdError& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
+void publish(phv::Store& store, int rank, int blamed, const std::string& text) {
+  store.set("phv/g0/failure/" + std::to_string(rank), phv::encode_failure_report({blamed, text}));
 }
 }  // namespace
 
 int main() {
-  using phv::blamed_peer;
-  expect(blamed_peer("rank 1: connection closed by rank 0 (127.0.0.1:5, shared memory)", 1) == 0, "blames rank 0");
-  expect(blamed_peer("rank 0: deadline passed while waiting for receive from rank 12 (x)", 0) == 12, "blames rank 12");
-  expect(blamed_peer("rank 3: ranks [1, 2] never submitted it; thisrank 7", 3) == -1, "no peer in 'ranks [..]'");
-  expect(blamed_peer("rank 2: poll failed: EINTR", 2) == -1, "no peer at all");
+  {  // A report keeps its text exactly and its blamed peer; a value of another form blames nobody.
+    phv::FailureReport r = phv::decode_failure_report(phv::encode_failure_report({12, "rank 0: a\nb"}));
+    expect(r.blamed == 12 && r.text == "rank 0: a\nb", "a report survives the store", r.text);
+    r = phv::decode_failure_report(phv::encode_failure_report({phv::kNoPeer, "rank 2: poll failed"}));
+    expect(r.blamed == phv::kNoPeer && r.text == "rank 2: poll failed", "a report that blames nobody", r.text);
+    for (const char* odd : {"rank 3: connection closed by rank 1", "", "7", "x\nrank 1", "99999999999\nrank 1"}) {
+      r = phv::decode_failure_report(odd);
+      expect(r.blamed == phv::kNoPeer && r.text == odd, "an odd value is a report that blames nobody", odd);
+    }
+  }
 
   {  // Rank 2 of 3 was killed: rank 0 saw it go, rank 1 saw only rank 0's echo.
     phv::MemoryStore store;
     std::string e0 = "rank 0: connection closed by rank 2 (127.0.0.1:9) during receive from rank 2";
-    std::string x0 = phv::explain_failure(store, opts(0, 3), e0);
+    std::string x0 = phv::explain_failure(store, opts(0, 3), lost(e0, 2));
     expect(has(x0, "first failure: rank 2 reported no error (it died, is stopped, or lost its network)"),
            "the direct neighbour names the silent rank", x0);
-    std::string x1 = phv::explain_failure(store, opts(1, 3), "rank 1: connection closed by rank 0 (127.0.0.1:8)");
+    std::string e1 = "rank 1: connection closed by rank 0 (127.0.0.1:8)";
+    std::string x1 = phv::explain_failure(store, opts(1, 3), lost(e1, 0));
     expect(has(x1, "first failure: rank 2 reported no error") && has(x1, "; rank 0 reported: " + e0),
            "the echo names the silent rank and quotes its neighbour", x1);
-    expect(store.get("phv/g0/failure/1", 0) == "rank 1: connection closed by rank 0 (127.0.0.1:8)",
-           "each rank publishes its own error, unexplained");
+    phv::FailureReport mine = phv::decode_failure_report(store.get("phv/g0/failure/1", 0));
+    expect(mine.text == e1 && mine.blamed == 0,
+           "each rank publishes its own error, unexplained, with the peer it blames", mine.text);
   }
   {  // A cut link: ranks 0 and 1 blame each other.
     phv::MemoryStore store;
-    store.set("phv/g0/failure/1", "rank 1: deadline passed while waiting for receive from rank 0 (10.0.0.1:5)");
-    std::string x0 = phv::explain_failure(store, opts(0, 2), "rank 0: deadline passed while waiting for receive from rank 1");
+    publish(store, 1, 0, "rank 1: deadline passed while waiting for receive from rank 0 (10.0.0.1:5)");
+    phv::HvdError e0(phv::ErrorKind::TIMEOUT, "rank 0: deadline passed while waiting for receive from rank 1", 1);
+    std::string x0 = phv::explain_failure(store, opts(0, 2), e0);
     expect(has(x0, " [rank 1 lost contact too: rank 1: deadline passed while waiting for receive from rank 0"),
            "two ranks that lost each other quote each other", x0);
   }
   {  // The first failure blames nobody (a protocol error, say).
     phv::MemoryStore store;
-    store.set("phv/g0/failure/0", "rank 0: poll failed: out of memory");
-    std::string x = phv::explain_failure(store, opts(2, 3), "rank 2: connection closed by rank 0");
-    expect(x == " [first failure reported by rank 0: rank 0: poll failed: out of memory]", "a chain's end is quoted", x);
+    publish(store, 0, phv::kNoPeer, "rank 0: poll failed: out of memory");
+    std::string x = phv::explain_failure(store, opts(2, 3), lost("rank 2: connection closed by rank 0", 0));
+    expect(x == " [first failure reported by rank 0: rank 0: poll failed: out of memory]", "a chain's end is quoted",
+           x);
   }
   {
     BrokenStore broken;
-    expect(phv::explain_failure(broken, opts(1, 3), "rank 1: connection closed by rank 0").empty(),
+    expect(phv::explain_failure(broken, opts(1, 3), lost("rank 1: connection closed by rank 0", 0)).empty(),
            "a store that fails adds nothing (and does not throw)");
     phv::MemoryStore store;
-    expect(phv::explain_failure(store, opts(1, 3), "rank 1: poll failed").empty(), "no blamed peer: nothing to add");
+    expect(phv::explain_failure(store, opts(1, 3), lost("rank 1: poll failed", phv::kNoPeer)).empty(),
+           "no blamed peer: nothing to add");
   }
-  {
-    int calls = 0;
-    FailedTransport inner(phv::HvdError(phv::ErrorKind::PEER_LOST, "rank 1: connection closed by rank 0"));
-    phv::ExplainingTransport t(inner, [&](const std::string& e) { ++calls; return " [because " + e.substr(0, 6) + "]"; });
-    std::vector<phv::RequestId> done;
-    std::string a = thrown_by([&] { t.progress(done, phv::Clock::now()); });
-    std::string b = thrown_by([&] { t.post_send(0, nullptr, 0); });
-    expect(a == "rank 1: connection closed by rank 0 [because rank 1]" && a == b && calls == 1,
-           "explained once, repeated for later re-throws", a + " | " + b);
-    inner.error_ = phv::HvdError(phv::ErrorKind::SHUTDOWN, "rank 1: transport closed");
-    std::string c = thrown_by([&] { t.post_recv(0, nullptr, 0); });
-    expect(c == "rank 1: transport closed" && calls == 1, "SHUTDOWN passes through unexplained", c);
+  {  // The blame is the error's peer, never a rank its text happens to mention.
+    phv::MemoryStore store;
+    publish(store, 0, phv::kNoPeer, "rank 0: poll failed");
+    expect(phv::explain_failure(store, opts(1, 3), lost("rank 1: the tensor of rank 0 is odd", phv::kNoPeer)).empty(),
+           "a rank in the text is not a blame");
+    std::string x = phv::explain_failure(store, opts(2, 3), lost("rank 2: lost its neighbour", 0));
+    expect(x == " [first failure reported by rank 0: rank 0: poll failed]", "a peer without a rank in the text", x);
   }
   return phv::testing::finish("failure_board_test");
 }

@@ -12,9 +12,9 @@
 
 #include "common/error.h"
 #include "rendezvous/memory_store.h"
-#include "tests/check.h"
+#include "rendezvous/socket.h"
 #include "rendezvous/tcp_store.h"
-#include "transport/socket.h"
+#include "tests/check.h"
 
 using namespace phv;
 using namespace phv::testing;

@@ -15,10 +15,10 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/handshake.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/socket.h"
 #include "tests/check.h"
-#include "transport/handshake.h"
-#include "transport/socket.h"
 #include "transport/tcp_transport.h"
 
 using namespace phv;
@@ -277,6 +277,7 @@ void test_bad_frames() {
     CHECK(rank1->pending() == 0);
     // Every later call reports the first failure.
     expect_error("later calls repeat the first error", ErrorKind::INTERNAL, {needle}, [&] { rank1->post_send(0, buf.data(), 8); });
+    CHECK(thrown_peer([&] { rank1->post_send(0, buf.data(), 8); }) == 0);  // the protocol error is about rank 0
   }
 }
 
@@ -292,17 +293,20 @@ void test_peer_lost_and_timeout() {
                [&] { mesh[1]->progress(done, deadline_after(0.3)); });
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   CHECK(took >= 0.28 && took < 2);
+  CHECK(thrown_peer([&] { mesh[1]->post_send(0, buf, 1); }) == 2);  // the error carries the peer it waited for
   // Rank 1's failure closed its connections: rank 0, waiting on rank 1, learns at once.
   mesh[0]->post_recv(1, buf, sizeof(buf));
   t0 = Clock::now();
   expect_error("peer closed -> PEER_LOST naming it", ErrorKind::PEER_LOST, {"rank 0:", "rank 1 (127.0.0.1:"},
                [&] { mesh[0]->progress(done, deadline_after(10)); });
   CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1);
+  CHECK(thrown_peer([&] { mesh[0]->post_send(2, buf, 1); }) == 1);
   // A large send to a peer that is closed: the send fails too, it does not block.
   std::vector<char> big(32 << 20);
   mesh[2]->post_send(1, big.data(), big.size());
   expect_error("send to a closed peer -> PEER_LOST", ErrorKind::PEER_LOST, {"rank 2:", "rank 1 ("},
                [&] { mesh[2]->wait_all({}, deadline_after(10)); mesh[2]->progress(done, deadline_after(10)); });
+  CHECK(thrown_peer([&] { mesh[2]->post_send(0, buf, 1); }) == 1);
 }
 
 // A peer that finishes and closes right after its last send: the receiver still gets that message

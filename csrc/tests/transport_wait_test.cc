@@ -15,8 +15,8 @@
 #include "common/error.h"
 #include "common/interrupt.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/socket.h"
 #include "tests/check.h"
-#include "transport/socket.h"
 #include "transport/tcp_transport.h"
 #include "transport/transfer_watch.h"
 
@@ -102,6 +102,8 @@ void test_interrupt() {
   t0 = Clock::now();
   expect_error("the peer of an interrupted rank -> PEER_LOST", ErrorKind::PEER_LOST, {"rank 0 ("},
                [&] { mesh[1]->progress(done, deadline_after(10)); });
+  CHECK(thrown_peer([&] { mesh[0]->post_send(1, buf, 1); }) == kNoPeer);  // an interrupt blames nobody
+  CHECK(thrown_peer([&] { mesh[1]->post_send(0, buf, 1); }) == 0);
   CHECK(since(t0) < 1);
 }
 
@@ -148,6 +150,7 @@ void test_watch() {
     expect_error("fail_s -> TIMEOUT naming the limit and the peer", ErrorKind::TIMEOUT,
                  {"no byte moved for", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "rank 1 ("},
                  [&] { mesh[0]->progress(done, deadline_after(10)); });
+    CHECK(thrown_peer([&] { mesh[0]->post_send(1, buf, 1); }) == 1);  // a stall blames the silent peer
     double took = since(t0);
     expect(took >= 0.28 && took < 0.8, "failed " + std::to_string(took) + " s after the last byte (fail_s 0.3)");
   }

@@ -34,7 +34,7 @@ struct MemoryWorld {
   MemoryWorld(int n, bool in_place_)
       : size(n), in_place(in_place_), sends(static_cast<size_t>(n * n)), recvs(static_cast<size_t>(n * n)),
         matched(static_cast<size_t>(n)), completed(static_cast<size_t>(n)), pending(static_cast<size_t>(n), 0), next_id(static_cast<size_t>(n), 1),
-        failure(static_cast<size_t>(n)) {}
+        failure(static_cast<size_t>(n)), failure_peer(static_cast<size_t>(n), kNoPeer) {}
 
   int size;
   bool in_place;
@@ -48,6 +48,7 @@ struct MemoryWorld {
   std::vector<size_t> pending;                    // per rank: posted, not yet done
   std::vector<RequestId> next_id;
   std::vector<std::string> failure;               // per rank: error to throw from progress()
+  std::vector<int> failure_peer;                  // per rank: the peer that error is about
   std::string abort_reason;
 
   // Pairs up the heads of the (src -> dst) queues. Caller holds mu.
@@ -67,6 +68,8 @@ struct MemoryWorld {
         // Both requests stay pending, so both ranks reach progress(), which throws.
         failure[static_cast<size_t>(src)] = msg;
         failure[static_cast<size_t>(dst)] = msg;
+        failure_peer[static_cast<size_t>(src)] = dst;
+        failure_peer[static_cast<size_t>(dst)] = src;
         continue;
       }
       if (r.sink) {
@@ -129,7 +132,8 @@ void MemoryTransport::progress(std::vector<RequestId>& completed, Deadline deadl
   std::unique_lock<std::mutex> lock(world_->mu);
   auto me = static_cast<size_t>(rank_);
   for (;;) {
-    if (!world_->failure[me].empty()) throw HvdError(ErrorKind::INTERNAL, world_->failure[me]);
+    if (!world_->failure[me].empty())
+      throw HvdError(ErrorKind::INTERNAL, world_->failure[me], world_->failure_peer[me]);
     if (!world_->abort_reason.empty())
       throw_error(ErrorKind::PEER_LOST, "rank ", rank_, ": memory world aborted: ", world_->abort_reason);
     // Zero-copy receives matched for me: the sender's buffer is still pinned by its pending send.

@@ -15,8 +15,8 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/sha256.h"
-#include "transport/handshake.h"
-#include "transport/socket.h"
+#include "rendezvous/handshake.h"
+#include "rendezvous/socket.h"
 
 namespace phv {
 

@@ -11,7 +11,7 @@
 #include "common/log_throttle.h"
 #include "common/interrupt.h"
 #include "common/logging.h"
-#include "transport/handshake.h"
+#include "rendezvous/handshake.h"
 
 namespace phv {
 namespace {
@@ -183,6 +183,7 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
 
   std::string connect_error;
   ErrorKind connect_kind = ErrorKind::INTERNAL;
+  int connect_peer = kNoPeer;
   for (int peer = opt.rank + 1; peer < opt.size && connect_error.empty(); ++peer) {
     std::string who = "rank " + std::to_string(peer);
     try {
@@ -199,6 +200,7 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
       conns[peer] = MeshConnection{std::move(fd), addr};
     } catch (const HvdError& e) {
       connect_kind = e.kind();
+      connect_peer = peer;
       connect_error = "rank " + std::to_string(opt.rank) + ": cannot connect to " + who + ": " + e.what();
     }
   }
@@ -210,6 +212,7 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
       if (interrupt_requested()) {
         acceptor.cancel = true;
         connect_kind = ErrorKind::INTERRUPTED;
+        connect_peer = kNoPeer;
         connect_error = "rank " + std::to_string(opt.rank) + ": interrupted while waiting for connections";
         break;
       }
@@ -217,7 +220,7 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
     }
     accept_thread.join();
   }
-  if (!connect_error.empty()) throw HvdError(connect_kind, connect_error);
+  if (!connect_error.empty()) throw HvdError(connect_kind, connect_error, connect_peer);
   if (!acceptor.error.empty())
     throw_error(acceptor.error_kind, "rank ", opt.rank, ": ", acceptor.error, " (listening on ", my_addr, ")");
   return conns;

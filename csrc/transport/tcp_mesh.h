@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/types.h"
+#include "rendezvous/socket.h"
 #include "rendezvous/store.h"
-#include "transport/socket.h"
 
 namespace phv {
 

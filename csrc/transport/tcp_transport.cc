@@ -110,11 +110,11 @@ std::string TcpTransport::op_text(int peer, const Op& op, bool send) const {
   return s.str();
 }
 
-void TcpTransport::fail(ErrorKind kind, const std::string& message) {
+void TcpTransport::fail(ErrorKind kind, const std::string& message, int peer) {
   std::string text = "rank " + std::to_string(rank_) + ": " + message;
   log(LogLevel::DEBUG, "transport failing: ", text);
   close();  // drops every request (the caller's buffers are no longer referenced) and wakes the peers
-  failure_ = std::make_unique<HvdError>(kind, text);
+  failure_ = std::make_unique<HvdError>(kind, text, peer);
   throw *failure_;
 }
 
@@ -211,7 +211,7 @@ void TcpTransport::check_header(int peer, const Op& op) {
   if (magic != kMessageMagic) why << "bad message magic 0x" << std::hex << magic << std::dec;
   else if (seq != op.seq) why << "message #" << seq << " arrived where #" << op.seq << " was expected";
   else why << "message of " << len << " bytes, but the posted receive expects " << op.len;
-  fail(ErrorKind::INTERNAL, "protocol error from " + describe_peer(peer) + ": " + why.str());
+  fail(ErrorKind::INTERNAL, "protocol error from " + describe_peer(peer) + ": " + why.str(), peer);
 }
 
 bool TcpTransport::send_some(int peer) {
@@ -245,7 +245,7 @@ bool TcpTransport::send_some(int peer) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       if (errno == EINTR) continue;
       fail(ErrorKind::PEER_LOST, "connection lost during " + op_text(peer, p.sends.front(), true) + ": " +
-                                     errno_text(errno));
+                                     errno_text(errno), peer);
     }
     ++moves_;
     size_t left = static_cast<size_t>(w);
@@ -287,12 +287,13 @@ bool TcpTransport::recv_some(int peer) {
       }
     }
     ssize_t r = ::readv(p.fd.get(), iov, n);
-    if (r == 0) fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + op_text(peer, p.recvs.front(), false));
+    if (r == 0)
+      fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + op_text(peer, p.recvs.front(), false), peer);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       if (errno == EINTR) continue;
       fail(ErrorKind::PEER_LOST, "connection lost during " + op_text(peer, p.recvs.front(), false) + ": " +
-                                     errno_text(errno));
+                                     errno_text(errno), peer);
     }
     // The header of a message is checked as soon as it is complete; payload bytes that a readv placed
     // in the posted buffer before a failed check are never reported as a completed receive.
@@ -345,7 +346,7 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
         }
         if ((re & (POLLOUT | POLLERR | POLLHUP)) && !peers_[peer].sends.empty()) send_some(peer);
         if ((re & (POLLIN | POLLERR | POLLHUP)) && !peers_[peer].recvs.empty()) recv_some(peer);
-        if ((re & POLLNVAL)) fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " is closed");
+        if ((re & POLLNVAL)) fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " is closed", peer);
       }
     }
     first = false;
@@ -370,7 +371,7 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
       if (p.closed)
         fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
                                        (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
-                                                        : op_text(peer, p.recvs.front(), false)));
+                                                        : op_text(peer, p.recvs.front(), false)), peer);
       if (!p.shm && !p.recvs.empty() && lowat_max_ > 0) set_lowat(peer);
       pollfds_.push_back({p.fd.get(), ev, 0});
       poll_peers_.push_back(peer);
@@ -383,7 +384,8 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
     int rc = ::poll(pollfds_.data(), pollfds_.size(), before_sleep(idle, deadline));
     if (rc < 0 && errno != EINTR)
       fail(ErrorKind::INTERNAL, std::string("poll failed: ") + errno_text(errno));
-    if (rc == 0 && Clock::now() >= deadline) fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + waiting_for());
+    if (rc == 0 && Clock::now() >= deadline)
+      fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + waiting_for(), first_waiting_peer());
   }
 }
 

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rendezvous/socket.h"
 #include "rendezvous/store.h"
 #include "transport/shm_transport.h"
-#include "transport/socket.h"
 #include "transport/tcp_mesh.h"
 #include "transport/transfer_watch.h"
 #include "transport/transport.h"
@@ -100,9 +100,11 @@ class TcpTransport : public Transport {
   void begin_idle(Idle& idle) const;
   int before_sleep(Idle& idle, Deadline deadline);  // fails when interrupted or stalled past the limit
   std::string waiting_for() const;                  // the pending requests (up to 4), for messages
+  int first_waiting_peer() const;                   // the peer waiting_for() names first; kNoPeer if none
   void check_header(int peer, const Op& op);
   void complete(Op& op);
-  [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+  // Closes everything and throws "rank <me>: <message>"; `peer` is the peer the failure is about.
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message, int peer = kNoPeer);
   void check_usable(int peer, const char* what) const;
   void match_self();
   std::string op_text(int peer, const Op& op, bool send) const;

@@ -16,7 +16,7 @@ void TcpTransport::ring_doorbell(int peer) {
   ssize_t n = ::send(peers_[peer].fd.get(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   // EAGAIN: earlier doorbells are still unread, so the peer will wake anyway.
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
+    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno), peer);
 }
 
 void TcpTransport::drain_doorbell(int peer) {
@@ -32,13 +32,13 @@ void TcpTransport::drain_doorbell(int peer) {
       if (!p.sends.empty() || !p.recvs.empty())
         fail(ErrorKind::PEER_LOST, "connection closed by " + describe_peer(peer) + " during " +
                                        (p.recvs.empty() ? op_text(peer, p.sends.front(), true)
-                                                        : op_text(peer, p.recvs.front(), false)));
+                                                        : op_text(peer, p.recvs.front(), false)), peer);
       p.closed = true;
       return;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno));
+    fail(ErrorKind::PEER_LOST, "connection to " + describe_peer(peer) + " lost: " + errno_text(errno), peer);
   }
 }
 

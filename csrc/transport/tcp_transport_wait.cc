@@ -56,7 +56,7 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
       if (stalled >= w.fail_s)
         fail(ErrorKind::TIMEOUT, "no byte moved for " + one_decimal(stalled) +
                                      " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + one_decimal(w.fail_s) +
-                                     ") while waiting for " + waiting_for());
+                                     ") while waiting for " + waiting_for(), first_waiting_peer());
       timeout = std::min(timeout, ms_until(idle.since + seconds(w.fail_s), now));
     }
     if (w.warn_s > 0) {
@@ -82,6 +82,12 @@ std::string TcpTransport::waiting_for() const {
     if (!p.sends.empty() && shown < 4) what += (shown++ ? "; " : "") + op_text(peer, p.sends.front(), true);
   }
   return what;
+}
+
+int TcpTransport::first_waiting_peer() const {
+  for (int peer = 0; peer < size_; ++peer)
+    if (!peers_[peer].recvs.empty() || !peers_[peer].sends.empty()) return peer;
+  return kNoPeer;
 }
 
 }  // namespace phv

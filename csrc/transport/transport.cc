@@ -7,8 +7,8 @@
 namespace phv {
 
 RequestId Transport::post_recv_sink(int peer, size_t len, size_t /*grain*/, RecvSink* /*sink*/) {
-  throw_error(ErrorKind::INTERNAL, "rank ", rank(), ": zero-copy receive of ", len, " bytes from ",
-              describe_peer(peer), " is not supported by this transport");
+  throw_peer_error(ErrorKind::INTERNAL, peer, "rank ", rank(), ": zero-copy receive of ", len, " bytes from ",
+                   describe_peer(peer), " is not supported by this transport");
 }
 
 void Transport::wait_all(const std::vector<RequestId>& ids, Deadline deadline) {

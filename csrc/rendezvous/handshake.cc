@@ -1,4 +1,4 @@
-#include "transport/handshake.h"
+#include "rendezvous/handshake.h"
 
 #include <errno.h>
 #include <sys/random.h>
@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
-#include "transport/socket.h"
+#include "rendezvous/socket.h"
 
 namespace phv {
 namespace {

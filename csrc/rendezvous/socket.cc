@@ -1,4 +1,4 @@
-#include "transport/socket.h"
+#include "rendezvous/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -47,7 +47,8 @@ void PeerLink::check_header(const Transfer& t) {
   host_.fail(ErrorKind::INTERNAL, "protocol error from " + describe() + ": " + why.str());
 }
 
-std::string PeerLink::text(const Transfer& t, bool send) const {
+std::string PeerLink::text(const Transfer& t, Direction d) const {
+  const bool send = d == Direction::SEND;
   std::ostringstream s;
   const size_t framing = framing_bytes();
   size_t payload_done = t.done > framing ? t.done - framing : 0;
@@ -58,13 +59,13 @@ std::string PeerLink::text(const Transfer& t, bool send) const {
 }
 
 std::string PeerLink::front_text() const {
-  return recvs_.empty() ? text(sends_.front(), true) : text(recvs_.front(), false);
+  return recvs_.empty() ? text(sends_.front(), Direction::SEND) : text(recvs_.front(), Direction::RECEIVE);
 }
 
 void PeerLink::describe_waits(std::string& what, int& shown, int limit) const {
   if (shown >= limit) return;
-  if (!recvs_.empty()) what += (shown++ ? "; " : "") + text(recvs_.front(), false);
-  if (!sends_.empty() && shown < limit) what += (shown++ ? "; " : "") + text(sends_.front(), true);
+  if (!recvs_.empty()) what += (shown++ ? "; " : "") + text(recvs_.front(), Direction::RECEIVE);
+  if (!sends_.empty() && shown < limit) what += (shown++ ? "; " : "") + text(sends_.front(), Direction::SEND);
 }
 
 void PeerLink::close() {

@@ -21,6 +21,8 @@ namespace phv {
 
 constexpr size_t kMessageHeaderBytes = 16;
 
+enum class Direction { SEND, RECEIVE };
+
 // A posted send or receive.
 struct Transfer {
   RequestId id;
@@ -100,7 +102,7 @@ class PeerLink : public Link {
   virtual void recv_some() = 0;
   virtual size_t framing_bytes() const = 0;  // bytes of a message before its payload
   void check_header(const Transfer& t);       // fails on a header that does not match the posted receive
-  std::string text(const Transfer& t, bool send) const;
+  std::string text(const Transfer& t, Direction d) const;
   std::string front_text() const;  // the oldest receive, else the oldest send
   bool idle() const { return sends_.empty() && recvs_.empty(); }
 

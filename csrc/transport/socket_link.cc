@@ -35,64 +35,45 @@ int gather(std::deque<Transfer>& queue, iovec* iov, size_t* total) {
 
 }  // namespace
 
-void SocketLink::send_some() {
-  while (!sends_.empty()) {
+void SocketLink::move_some(std::deque<Transfer>& queue, Direction d) {
+  const bool receiving = d == Direction::RECEIVE;
+  while (!queue.empty()) {
     iovec iov[kMaxIov];
     size_t total = 0;
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(gather(sends_, iov, &total));
-    ssize_t w = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      if (errno == EINTR) continue;
-      host_.fail(ErrorKind::PEER_LOST, "connection lost during " + text(sends_.front(), true) + ": " +
-                                           errno_text(errno));
+    int n = gather(queue, iov, &total);
+    ssize_t r;
+    if (receiving) {
+      r = ::readv(fd_.get(), iov, n);
+      if (r == 0)
+        host_.fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + text(queue.front(), d));
+    } else {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      r = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
-    host_.moved();
-    size_t left = static_cast<size_t>(w);
-    while (!sends_.empty()) {
-      Transfer& t = sends_.front();
-      size_t take = std::min(kMessageHeaderBytes + t.len - t.done, left);
-      t.done += take;
-      left -= take;
-      if (t.done < kMessageHeaderBytes + t.len) break;
-      host_.complete(t);
-      sends_.pop_front();
-    }
-    if (static_cast<size_t>(w) < total) return;  // the socket buffer is full
-  }
-}
-
-void SocketLink::recv_some() {
-  while (!recvs_.empty()) {
-    iovec iov[kMaxIov];
-    size_t total = 0;
-    int n = gather(recvs_, iov, &total);
-    ssize_t r = ::readv(fd_.get(), iov, n);
-    if (r == 0) host_.fail(ErrorKind::PEER_LOST, "connection closed by the peer during " + text(recvs_.front(), false));
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
-      host_.fail(ErrorKind::PEER_LOST, "connection lost during " + text(recvs_.front(), false) + ": " +
+      host_.fail(ErrorKind::PEER_LOST, "connection lost during " + text(queue.front(), d) + ": " +
                                            errno_text(errno));
     }
-    // The header of a message is checked as soon as it is complete; payload bytes that a readv placed
-    // in the posted buffer before a failed check are never reported as a completed receive.
+    // A received header is checked as soon as it is complete; payload bytes that a readv placed in the
+    // posted buffer before a failed check are never reported as a completed receive.
     host_.moved();
     size_t left = static_cast<size_t>(r);
-    while (!recvs_.empty()) {
-      Transfer& t = recvs_.front();
+    while (!queue.empty()) {
+      Transfer& t = queue.front();
       bool had_header = t.done >= kMessageHeaderBytes;
       size_t take = std::min(kMessageHeaderBytes + t.len - t.done, left);
       t.done += take;
       left -= take;
-      if (!had_header && t.done >= kMessageHeaderBytes) check_header(t);
+      if (receiving && !had_header && t.done >= kMessageHeaderBytes) check_header(t);
       if (t.done < kMessageHeaderBytes + t.len) break;
       host_.complete(t);
-      recvs_.pop_front();
+      queue.pop_front();
     }
-    if (static_cast<size_t>(r) < total) return;
+    if (static_cast<size_t>(r) < total) return;  // the socket buffer is full (empty)
   }
 }
 

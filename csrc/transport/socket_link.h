@@ -20,12 +20,14 @@ class SocketLink : public PeerLink {
   void close() override;
 
  protected:
-  void send_some() override;  // non-blocking: until the queue is empty or the socket would block
-  void recv_some() override;
+  void send_some() override { move_some(sends_, Direction::SEND); }
+  void recv_some() override { move_some(recvs_, Direction::RECEIVE); }
   size_t framing_bytes() const override { return kMessageHeaderBytes; }
 
  private:
   void set_lowat();  // SO_RCVLOWAT for the head receive
+  // Sends (receives) the queue's messages until it is empty or the socket would block.
+  void move_some(std::deque<Transfer>& queue, Direction d);
 
   Fd fd_;
   size_t lowat_max_;

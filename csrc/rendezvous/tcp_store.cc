@@ -71,8 +71,8 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
 
 std::string TcpStoreClient::get(const std::string& key, double timeout_s) {
   std::string what = "store " + address() + ": get('" + key + "')";
-  Reply r = call(OP_GET, {key}, "", static_cast<int64_t>(timeout_s * 1000), deadline_after(timeout_s + kReplyGraceSeconds),
-                 what);
+  Reply r = call(OP_GET, {key}, "", static_cast<int64_t>(timeout_s * 1000),
+                 deadline_after(timeout_s + kReplyGraceSeconds), what);
   if (r.status == ST_TIMEOUT) throw_error(ErrorKind::TIMEOUT, what, " timed out after ", timeout_s, " s");
   if (r.status != ST_OK) throw_error(ErrorKind::INTERNAL, what, " failed: ", r.body);
   return r.body;

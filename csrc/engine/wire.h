@@ -1,5 +1,5 @@
-// Byte-level encoding of the engine's negotiation messages: little-endian host layout (all ranks of a job
-// run the same build on the same architecture), every read bounds-checked so that a corrupt message is an
+// Byte-level encoding of the engine's negotiation messages: little-endian (common/byte_codec.h), every read
+// bounds-checked so that a corrupt message is an
 // HvdError, never an out-of-range read. The writer appends to a caller-owned vector that keeps its
 // capacity between rounds, so steady-state rounds do not allocate.
 #pragma once
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "common/byte_codec.h"
 #include "common/error.h"
 
 namespace phv {
@@ -17,9 +18,7 @@ class WireWriter {
 
   template <typename T>
   void put(T value) {
-    size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &value, sizeof(T));
+    append_le(out_, value);
   }
   void put_bytes(const void* data, size_t len) {
     size_t at = out_.size();
@@ -32,12 +31,14 @@ class WireWriter {
   }
   void put_i64s(const std::vector<int64_t>& v) {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
-    put_bytes(v.data(), v.size() * sizeof(int64_t));
+    size_t at = out_.size();
+    out_.resize(at + v.size() * sizeof(int64_t));
+    store_le_array(out_.data() + at, v.data(), v.size());
   }
   // Overwrites a value written earlier (e.g. a count or length known only at the end).
   template <typename T>
   void patch(size_t offset, T value) {
-    std::memcpy(out_.data() + offset, &value, sizeof(T));
+    store_le(out_.data() + offset, value);
   }
   size_t size() const { return out_.size(); }
 
@@ -52,8 +53,7 @@ class WireReader {
   template <typename T>
   T get() {
     need(sizeof(T));
-    T value;
-    std::memcpy(&value, data_ + pos_, sizeof(T));
+    T value = load_le<T>(data_ + pos_);
     pos_ += sizeof(T);
     return value;
   }
@@ -67,7 +67,7 @@ class WireReader {
     uint32_t n = get<uint32_t>();
     need(static_cast<size_t>(n) * sizeof(int64_t));
     v.resize(n);
-    if (n > 0) std::memcpy(v.data(), data_ + pos_, n * sizeof(int64_t));
+    load_le_array(v.data(), data_ + pos_, n);
     pos_ += n * sizeof(int64_t);
   }
   const uint8_t* take(size_t n) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/sha256.h"
 #include "rendezvous/socket.h"
@@ -12,44 +13,37 @@
 namespace phv {
 namespace {
 
-void put_u32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
-void put_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
-uint32_t get_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
-}
-uint16_t get_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
-
 // The common 32-byte prefix of ServerHello and ClientHello:
 //   magic u32 | version u16 | role u16 | rank i32 | reserved u32 | nonce 16 bytes (little-endian).
 std::string make_hello(HandshakeIdentity me) {
   uint8_t b[32] = {0};
-  put_u32(b, kHandshakeMagic);
-  put_u16(b + 4, kProtocolVersion);
-  put_u16(b + 6, static_cast<uint16_t>(me.role));
-  put_u32(b + 8, static_cast<uint32_t>(me.rank));
+  store_le<uint32_t>(b, kHandshakeMagic);
+  store_le<uint16_t>(b + 4, kProtocolVersion);
+  store_le<uint16_t>(b + 6, static_cast<uint16_t>(me.role));
+  store_le<uint32_t>(b + 8, static_cast<uint32_t>(me.rank));
   random_bytes(b + 16, 16);
   return std::string(reinterpret_cast<char*>(b), 32);
 }
 
 // Checks magic and version of a hello prefix; fills *id.
 bool parse_hello(const uint8_t* b, HandshakeIdentity* id, std::string* reason) {
-  uint32_t magic = get_u32(b);
+  uint32_t magic = load_le<uint32_t>(b);
   if (magic != kHandshakeMagic) {
     *reason = "bad handshake magic 0x" + to_hex(b, 4);
     return false;
   }
-  uint16_t version = get_u16(b + 4);
+  uint16_t version = load_le<uint16_t>(b + 4);
   if (version != kProtocolVersion) {
     *reason = "protocol version " + std::to_string(version) + " (we speak " + std::to_string(kProtocolVersion) + ")";
     return false;
   }
-  uint16_t role = get_u16(b + 6);
+  uint16_t role = load_le<uint16_t>(b + 6);
   if (role < 1 || role > 3) {
     *reason = "unknown role " + std::to_string(role);
     return false;
   }
   id->role = static_cast<HandshakeRole>(role);
-  id->rank = static_cast<int32_t>(get_u32(b + 8));
+  id->rank = static_cast<int32_t>(load_le<uint32_t>(b + 8));
   return true;
 }
 
@@ -90,7 +84,7 @@ const char* const kDuplicateRankHint =
 
 std::string duplicate_rank_notice() {
   std::string notice(kServerProofBytes, '\0');
-  for (int i = 0; i < 4; ++i) notice[i] = char(kDuplicateRankMagic >> (8 * i));
+  store_le<uint32_t>(&notice[0], kDuplicateRankMagic);
   return notice;
 }
 

@@ -35,13 +35,9 @@ TcpStoreClient::Reply TcpStoreClient::call(uint32_t op, const std::vector<std::s
                                            const std::string& value, int64_t arg, Deadline deadline,
                                            const std::string& what) {
   std::string who = "store " + address();
-  std::string body;
-  for (const auto& k : keys) {
+  for (const auto& k : keys)
     PHV_CHECK_ARG(k.size() <= kStoreMaxKeyBytes, who, ": key too long (", k.size(), " bytes)");
-    put_u32(body, static_cast<uint32_t>(k.size()));
-    body += k;
-  }
-  body += value;
+  std::string body = encode_request_body(keys, value);
   PHV_CHECK_ARG(body.size() <= kStoreMaxBody && keys.size() <= kStoreMaxKeys, who, ": ", what,
                 ": request too large");
   std::string frame = make_frame(kRequestMagic, op, static_cast<uint32_t>(keys.size()), arg, body);
@@ -53,13 +49,13 @@ TcpStoreClient::Reply TcpStoreClient::call(uint32_t op, const std::vector<std::s
     send_all(fd_.get(), frame.data(), frame.size(), deadline, who);
     char h[kHeaderBytes];
     recv_all(fd_.get(), h, sizeof(h), deadline, who);
-    uint32_t body_len = get_u32(h + 8);
-    if (get_u32(h) != kResponseMagic || body_len > kStoreMaxBody)
+    FrameHeader head = decode_header(h);
+    if (head.magic != kResponseMagic || head.body_len > kStoreMaxBody)
       throw_error(ErrorKind::INTERNAL, who, " sent a malformed reply");
-    r.status = get_u32(h + 4);
-    r.value = get_i64(h + 16);
-    r.body.resize(body_len);
-    recv_all(fd_.get(), &r.body[0], body_len, deadline, who);
+    r.status = head.code;
+    r.value = head.arg;
+    r.body.resize(head.body_len);
+    recv_all(fd_.get(), &r.body[0], head.body_len, deadline, who);
   } catch (const HvdError& e) {
     fd_.reset();  // the stream position is unknown now; the next call reconnects
     throw_error(e.kind(), what, " failed: ", e.what());
@@ -75,8 +71,8 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
 
 std::string TcpStoreClient::get(const std::string& key, double timeout_s) {
   std::string what = "store " + address() + ": get('" + key + "')";
-  Reply r = call(OP_GET, {key}, "", static_cast<int64_t>(timeout_s * 1000), deadline_after(timeout_s + kReplyGraceSeconds),
-                 what);
+  Reply r = call(OP_GET, {key}, "", static_cast<int64_t>(timeout_s * 1000),
+                 deadline_after(timeout_s + kReplyGraceSeconds), what);
   if (r.status == ST_TIMEOUT) throw_error(ErrorKind::TIMEOUT, what, " timed out after ", timeout_s, " s");
   if (r.status != ST_OK) throw_error(ErrorKind::INTERNAL, what, " failed: ", r.body);
   return r.body;

@@ -2,7 +2,7 @@
 // data path for peers on the same host (ConnectOptions::shm_enable).
 //
 // A link is one POSIX shared-memory mapping holding two single-producer single-consumer byte rings, one
-// per direction. TcpTransport lays messages out in them (tcp_transport_shm.cc): a 64-byte header slot,
+// per direction. SharedMemoryLink lays messages out in them (shared_memory_link.h): a 64-byte header slot,
 // the payload, padding to a multiple of 64, so every payload starts 64-byte aligned and a payload split
 // by the ring's end splits at a multiple of 64 bytes (never inside an element). A message costs one
 // memcpy into the ring; the receiver either copies it out or -- zero-copy receive, Transport::RecvSink --

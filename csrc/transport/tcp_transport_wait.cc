@@ -76,17 +76,13 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
 std::string TcpTransport::waiting_for() const {
   std::string what;
   int shown = 0;
-  for (int peer = 0; peer < size_ && shown < 4; ++peer) {
-    const Peer& p = peers_[peer];
-    if (!p.recvs.empty()) what += (shown++ ? "; " : "") + op_text(peer, p.recvs.front(), false);
-    if (!p.sends.empty() && shown < 4) what += (shown++ ? "; " : "") + op_text(peer, p.sends.front(), true);
-  }
+  for (const auto& link : links_) link->describe_waits(what, shown, 4);
   return what;
 }
 
 int TcpTransport::first_waiting_peer() const {
   for (int peer = 0; peer < size_; ++peer)
-    if (!peers_[peer].recvs.empty() || !peers_[peer].sends.empty()) return peer;
+    if (peer != rank_ && links_[peer]->waiting()) return peer;
   return kNoPeer;
 }
 

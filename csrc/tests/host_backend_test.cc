@@ -130,8 +130,9 @@ void test_adasum(int p) {
     HostBackend host(small_segments());
     std::vector<float> same = {1, 2, 3, 4, 5}, own(4, 0), own_out(4, -1);
     own[static_cast<size_t>(comm.rank())] = static_cast<float>(comm.rank() + 1);
-    host.allreduce(comm, {BufferEntry{same.data(), same.data(), same.size()}, BufferEntry{own.data(), own_out.data(), 4}},
-                   DataType::FLOAT32, ReduceOp::ADASUM, 1.0, 1.0, context());
+    std::vector<BufferEntry> entries = {BufferEntry{same.data(), same.data(), same.size()},
+                                        BufferEntry{own.data(), own_out.data(), 4}};
+    host.allreduce(comm, entries, DataType::FLOAT32, ReduceOp::ADASUM, 1.0, 1.0, context());
     for (size_t i = 0; i < same.size(); ++i) CHECK(same[i] == static_cast<float>(i + 1), "adasum p=%d same[%zu]", p, i);
     for (size_t i = 0; i < 4; ++i) {
       float want = static_cast<int>(i) < p ? static_cast<float>(i + 1) : 0.0f;
@@ -156,7 +157,8 @@ void test_others(int p, const Hierarchy& hierarchy, const char* what) {
     size_t off = 0;
     for (size_t r = 0; r < n; ++r) {
       for (size_t j = 0; j < bytes[r]; ++j) {
-        CHECK(all[off + j] == static_cast<uint8_t>((r + j) % 251), "%s p=%d allgather block %zu byte %zu", what, p, r, j);
+        CHECK(all[off + j] == static_cast<uint8_t>((r + j) % 251), "%s p=%d allgather block %zu byte %zu", what, p, r,
+              j);
       }
       off += bytes[r];
     }
@@ -165,7 +167,9 @@ void test_others(int p, const Hierarchy& hierarchy, const char* what) {
       std::vector<int32_t> src(77), buf(77, -1);
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<int32_t>(root * 1000 + static_cast<int>(i));
       host.broadcast(comm, src.data(), buf.data(), buf.size() * sizeof(int32_t), root, context());
-      for (size_t i = 0; i < buf.size(); ++i) CHECK(buf[i] == src[i], "%s p=%d broadcast root %d i=%zu", what, p, root, i);
+      for (size_t i = 0; i < buf.size(); ++i) {
+        CHECK(buf[i] == src[i], "%s p=%d broadcast root %d i=%zu", what, p, root, i);
+      }
     }
     // alltoallv: rank s sends s + d + 1 int32s of value 100*s + d to rank d.
     std::vector<size_t> send_bytes(n), recv_bytes(n);

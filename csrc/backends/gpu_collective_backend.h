@@ -5,6 +5,7 @@
 #pragma once
 #include "backends/collective_backend.h"
 #include "backends/gpu_backend.h"
+#include "common/error.h"
 
 namespace phv {
 
@@ -14,16 +15,29 @@ class GpuCollectiveBackend : public CollectiveBackend {
 
   // The phase marks: one REDUCE span around the whole call (its copies run inside the GpuBackend).
   void allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, const CallContext& ctx) override;
+                 double prescale, double postscale, const CallContext& ctx) override {
+    ctx.mark(Phase::REDUCE, Edge::BEGIN);
+    gpu_.allreduce(comm, entries, dt, op, prescale, postscale, ctx.stream);
+    ctx.mark(Phase::REDUCE, Edge::END);
+  }
   void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
-                  const CallContext& ctx) override;
+                  const CallContext& ctx) override {
+    gpu_.allgatherv(comm, send, recv, bytes_per_rank, ctx.stream);
+  }
   // In place only (enqueue checks that input == buf).
   void broadcast(const Comm& comm, const void* input, void* buf, size_t bytes, int root,
-                 const CallContext& ctx) override;
+                 const CallContext& ctx) override {
+    if (input != buf) throw_error(ErrorKind::INTERNAL, "a CUDA broadcast reached the backend out of place");
+    gpu_.broadcast(comm, buf, bytes, root, ctx.stream);
+  }
   void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
-                 const std::vector<size_t>& recv_bytes, const CallContext& ctx) override;
+                 const std::vector<size_t>& recv_bytes, const CallContext& ctx) override {
+    gpu_.alltoallv(comm, send, send_bytes, recv, recv_bytes, ctx.stream);
+  }
   void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) override;
+                     DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) override {
+    gpu_.reducescatter(comm, input, output, counts, dt, op, prescale, postscale, ctx.stream);
+  }
   void barrier(const Comm& comm, const CallContext& ctx) override { host_.barrier(comm, ctx); }
 
  private:

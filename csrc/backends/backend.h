@@ -1,5 +1,6 @@
-// A connected group of ranks that can run collectives on host buffers: the store client, the transport
-// (TCP between hosts, shared memory between local ranks when enabled) and the global Comm.
+// A connected group of ranks: the store client, the transport (TCP between hosts, shared memory between
+// local ranks when enabled) and the global Comm. Collectives on host buffers run over its transport
+// through HostBackend (host_backend.h), the engine's executor's backend for host memory.
 // Used by the engine's background thread, and directly (no engine) by _core.Communicator for tests and
 // the "raw core" benchmarks.
 #pragma once

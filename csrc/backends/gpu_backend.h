@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 #include "algorithms/tuning.h"
+#include "backends/collective_backend.h"
 #include "backends/gpu_path.h"
 #include "common/types.h"
 #include "rendezvous/store.h"
@@ -21,13 +22,9 @@
 
 namespace phv {
 
-struct GpuEntry {
-  const void* input;  // device pointer
-  void* output;       // device pointer; may equal input
-  size_t count;       // elements
-  intptr_t stream = 0;  // producer stream of this entry when it differs from the call's (fused requests
-                        // from several streams); the backend waits for each distinct one
-};
+// Device pointers; the stream field names an entry's producer stream when it differs from the call's
+// (fused requests from several streams): the backend waits for each distinct one.
+using GpuEntry = BufferEntry;
 
 class GpuBackend {
  public:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "common/reduce.h"
 
@@ -12,20 +11,6 @@ namespace {
 
 const Desc& desc_of(const ResponseItem& it, const ResponseCache& cache) {
   return it.type == ItemType::CACHED || it.type == ItemType::INLINE ? cache.entry(it.pos).desc : it.desc;
-}
-
-template <typename T>
-void fill(void* buf, size_t count, T value) {
-  T* p = static_cast<T*>(buf);
-  std::fill(p, p + count, value);
-}
-
-template <typename T>
-T identity_int(ReduceOp op) {
-  if (op == ReduceOp::PRODUCT) return T(1);
-  if (op == ReduceOp::MIN) return std::numeric_limits<T>::max();
-  if (op == ReduceOp::MAX) return std::numeric_limits<T>::lowest();
-  return T(0);
 }
 
 }  // namespace
@@ -93,35 +78,6 @@ void resolve_items(ResponseList& list, const ResponseCache& cache) {
       it.agreed = &it.desc;
       it.agreed_dim0s = &it.dim0s;
     }
-  }
-}
-
-void fill_identity(void* buf, size_t count, DataType dt, ReduceOp op) {
-  switch (dt) {
-    case DataType::UINT8: fill<uint8_t>(buf, count, identity_int<uint8_t>(op)); break;
-    case DataType::INT8: fill<int8_t>(buf, count, identity_int<int8_t>(op)); break;
-    case DataType::INT16: fill<int16_t>(buf, count, identity_int<int16_t>(op)); break;
-    case DataType::INT32: fill<int32_t>(buf, count, identity_int<int32_t>(op)); break;
-    case DataType::INT64: fill<int64_t>(buf, count, identity_int<int64_t>(op)); break;
-    case DataType::BOOL:  // MIN/PRODUCT are logical and (identity true); SUM/MAX logical or (false)
-      fill<uint8_t>(buf, count, (op == ReduceOp::MIN || op == ReduceOp::PRODUCT) ? 1 : 0);
-      break;
-    case DataType::FLOAT32: {
-      float inf = std::numeric_limits<float>::infinity();
-      fill<float>(buf, count, op == ReduceOp::PRODUCT ? 1.f : op == ReduceOp::MIN ? inf : op == ReduceOp::MAX ? -inf : 0.f);
-      break;
-    }
-    case DataType::FLOAT64: {
-      double inf = std::numeric_limits<double>::infinity();
-      fill<double>(buf, count, op == ReduceOp::PRODUCT ? 1.0 : op == ReduceOp::MIN ? inf : op == ReduceOp::MAX ? -inf : 0.0);
-      break;
-    }
-    case DataType::FLOAT16:  // 0x3C00 = 1.0, 0x7C00 = +inf, 0xFC00 = -inf
-      fill<uint16_t>(buf, count, op == ReduceOp::PRODUCT ? 0x3C00 : op == ReduceOp::MIN ? 0x7C00 : op == ReduceOp::MAX ? 0xFC00 : 0);
-      break;
-    case DataType::BFLOAT16:  // 0x3F80 = 1.0, 0x7F80 = +inf, 0xFF80 = -inf
-      fill<uint16_t>(buf, count, op == ReduceOp::PRODUCT ? 0x3F80 : op == ReduceOp::MIN ? 0x7F80 : op == ReduceOp::MAX ? 0xFF80 : 0);
-      break;
   }
 }
 

@@ -42,11 +42,6 @@ class FusionPlanner {
 
 bool same_fusion_key(const Desc& a, const Desc& b);
 
-// Fills buf with the identity of op (what a joined rank contributes): 0 for SUM/AVERAGE and ADASUM (a
-// zero vector leaves Adasum's other operand as it is), 1 for PRODUCT,
-// the largest value for MIN (+inf for floats), the lowest for MAX (-inf for floats).
-void fill_identity(void* buf, size_t count, DataType dt, ReduceOp op);
-
 // Points every item's `agreed`/`agreed_dim0s` at its descriptor (FULL) or its cache entry (CACHED).
 void resolve_items(ResponseList& list, const ResponseCache& cache);
 

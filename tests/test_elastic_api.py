@@ -285,30 +285,48 @@ def test_run_in_a_driver_restores_resets_and_calls_again(monkeypatch):
                       "reset", "callback", "sync", "train"]
 
 
-def test_reset_retries_failed_inits_within_the_elastic_timeout(monkeypatch, caplog):
+def test_reset_is_shutdown_then_init_even_when_the_engine_was_broken(monkeypatch, caplog):
     calls = []
-    monkeypatch.setattr(basics, "shutdown", lambda: calls.append("shutdown"))
+
+    def broken_shutdown():
+        calls.append("shutdown")
+        raise HorovodInternalError("the engine had already failed")
+    monkeypatch.setattr(basics, "shutdown", broken_shutdown)
     monkeypatch.setattr(basics, "rank", lambda: 1)
     monkeypatch.setattr(basics, "size", lambda: 2)
-    monkeypatch.setattr(reset_module, "_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(pyhorovod, "init", lambda: calls.append("init"))
+    with caplog.at_level(logging.INFO, logger="pyhorovod.elastic"):
+        reset_module.reset()
+    assert calls == ["shutdown", "init"]
+    assert "re-formed as rank 1 of 2" in caplog.text
+
+
+def test_an_elastic_init_asks_again_after_a_failed_generation_within_the_elastic_timeout(monkeypatch, caplog):
+    # The first init too: a newcomer whose first generation cannot form joins the next one.
+    calls = []
+    monkeypatch.setattr(basics, "_RETRY_PAUSE_S", 0.0)
     outcomes = iter([HorovodInternalError("store gone"), HorovodTimeoutError("no place"), None])
 
-    def init():
+    def init_once(*args):
         calls.append("init")
         failure = next(outcomes)
         if failure is not None:
             raise failure
-    monkeypatch.setattr(pyhorovod, "init", init)
-    monkeypatch.setenv(_membership.TIMEOUT_ENV, "60")
-    with caplog.at_level(logging.INFO, logger="pyhorovod.elastic"):
-        reset_module.reset()
-    assert calls == ["shutdown", "init"] * 3
-    assert "re-formed as rank 1 of 2" in caplog.text
+    monkeypatch.setattr(basics, "_init_once", init_once)
+    env = {_membership.ELASTIC_ENV: "1", _membership.TIMEOUT_ENV: "60"}
+    with caplog.at_level(logging.WARNING, logger="pyhorovod"):
+        basics.init(env=env)
+    assert calls == ["init"] * 3
+    assert caplog.text.count("the generation failed to form") == 2
 
-    monkeypatch.setenv(_membership.TIMEOUT_ENV, "0")
-    monkeypatch.setattr(pyhorovod, "init", lambda: (_ for _ in ()).throw(HorovodInternalError("down")))
-    with pytest.raises(HorovodInternalError, match="kept failing"):
-        reset_module.reset()
+    env[_membership.TIMEOUT_ENV] = "0"
+    monkeypatch.setattr(basics, "_init_once", lambda *a: (_ for _ in ()).throw(HorovodInternalError("down")))
+    with pytest.raises(HorovodInternalError, match="kept failing to form for 0 s"):
+        basics.init(env=env)
+    # Outside an elastic driver nobody re-forms the job: the first failure is the caller's.
+    monkeypatch.setattr(basics, "_init_once", lambda *a: (_ for _ in ()).throw(HorovodInternalError("once")))
+    with pytest.raises(HorovodInternalError, match="^once$"):
+        basics.init(env={})
 
 
 # ---------------------------------------------------------------- learning rate

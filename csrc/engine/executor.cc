@@ -86,7 +86,7 @@ void Executor::reduce(const Comm& comm, void* buf, size_t count, DataType dt, Re
                       double post) {
   const TwoLevel* tl = op == ReduceOp::ADASUM ? nullptr : two_level(comm);
   if (tl != nullptr && prefer_two_level(hierarchy_.allreduce_mode, hierarchy_.model, *tl, count * dtype_size(dt),
-                                        false, tuning_)) {
+                                        OpType::ALLREDUCE, tuning_)) {
     hierarchical_allreduce(*tl, buf, count, dt, op, tuning_, deadline, post);
   } else {
     phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
@@ -216,9 +216,8 @@ void Executor::allgather(const Comm& comm, const UnitEntry& e, Deadline deadline
   }
   OutputBytes out = take_output_buffer(static_cast<size_t>(rows) * row_bytes);
   const TwoLevel* tl = two_level(comm);
-  if (tl != nullptr &&
-      prefer_two_level(hierarchy_.allgather_mode, hierarchy_.model, *tl, static_cast<size_t>(rows) * row_bytes, true,
-                       tuning_)) {
+  if (tl != nullptr && prefer_two_level(hierarchy_.allgather_mode, hierarchy_.model, *tl,
+                                        static_cast<size_t>(rows) * row_bytes, OpType::ALLGATHER, tuning_)) {
     hierarchical_allgatherv(comm, *tl, hierarchy_.host_of, e.op->req.input, out->data(), bytes, tuning_, deadline);
   } else {
     phv::allgatherv(comm, e.op->req.input, out->data(), bytes, tuning_, deadline);

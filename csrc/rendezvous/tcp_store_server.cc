@@ -369,7 +369,7 @@ void TcpStoreServer::run() {
       }
     }
   }
-  warnings.flush(Clock::now(), true);
+  warnings.flush_pending(Clock::now());
 }
 
 }  // namespace phv

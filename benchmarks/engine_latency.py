@@ -1,4 +1,4 @@
-"""What the engine costs on top of the raw core (issue 3's measurements).
+"""What the engine costs on top of the raw core.
 
 1. Latency of a synchronous allreduce of one float32: through the public API (pyhorovod.allreduce: the
    engine's negotiation round + the collective) against the raw core (_core.Communicator.allreduce on the

@@ -1,4 +1,4 @@
-"""Latency of a synchronous 1-float pyhorovod.allreduce, named against unnamed (issue 6).
+"""Latency of a synchronous 1-float pyhorovod.allreduce, named against unnamed.
 
     python -m pyhorovod.run -np 4 python benchmarks/perf_api_latency.py [--rounds 15] [--iters 200]
 

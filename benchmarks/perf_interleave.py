@@ -1,4 +1,5 @@
-"""Paired A/B timing of allreduce candidates inside ONE set of processes (a development tool of issue 6).
+"""Paired A/B timing of allreduce candidates inside ONE set of processes (a development tool
+for tuning the latency and bandwidth paths).
 
     python benchmarks/perf_interleave.py --np 2 --sizes 4,1M,64M --cands "core core-tcp mpi gloo"
     python benchmarks/perf_interleave.py --np 4 --sizes 64M --cands "core-tcp mpi" --mpi-tcp  # MPI over TCP

@@ -1,4 +1,4 @@
-"""Peak memory (RSS high-water mark) of one large allreduce per rank (issue 6 target: a 4-rank 256 MiB
+"""Peak memory (RSS high-water mark) of one large allreduce per rank (the target: a 4-rank 256 MiB
 allreduce must peak at <= 2x the tensor size per rank).
 
     python benchmarks/perf_memory.py --np 4 --mib 256            # raw core and public API, shm on and off

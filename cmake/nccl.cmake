@@ -1,4 +1,4 @@
-# Optional GPU backend (issue 9). PYHOROVOD_WITH_NCCL:
+# Optional GPU backend. PYHOROVOD_WITH_NCCL:
 #   AUTO - build it when nvcc (CUDA toolkit) and NCCL headers/library are found, else skip quietly;
 #   ON   - build it, fail with a clear message when something is missing;
 #   OFF  - skip.

@@ -1,4 +1,4 @@
-"""A small allreduce bandwidth table, nccl-tests style (the main job of issue 2, `make demo`).
+"""A small allreduce bandwidth table, nccl-tests style (`make allreduce-demo`).
 
     python -m pyhorovod.run -np 4 python examples/allreduce_demo.py [--max-mib 64] [--iters 10]
 

@@ -182,7 +182,7 @@ _CODE_CACHE = {}
 def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, process_set, dtype, timeout):
     """allreduce/allreduce_ without a handle: the same checks, in the same order, as _allreduce_async,
     then one engine call (enqueue + wait, the GIL released once; see _api.run_sync). Per-call work is
-    kept to what a lone small tensor needs: its latency is mostly this function (issue 6)."""
+    kept to what a lone small tensor needs: its latency is mostly this function."""
     if process_set is global_process_set and process_set.process_set_id == 0:
         ps_id = 0
     else:
@@ -515,7 +515,7 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
                           _api.submit_sync)
 
 
-# ---------------------------------------------------------------- CUDA arrays (issue 9)
+# ---------------------------------------------------------------- CUDA arrays
 
 def _route_cuda_arrays():
     """Objects with __cuda_array_interface__ (CuPy arrays) go to pyhorovod._cuda_arrays; numpy arrays pay

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from coll_data import AVERAGE, DTYPES, SUM, check, expected, ops_for, rank_values
+from coll_data import AVERAGE, DTYPES, check, expected, ops_for, rank_values
 
 COUNTS = [0, 1, 2, 3, 7, 13, 65, 1021, 4097]
 BIG = 3 * 2 ** 18 + 7  # 3 MiB of float32, more than one segment per shard, and odd

@@ -1,7 +1,6 @@
 """Autotune (pyhorovod/_autotune.py): the search's trial sequence, every rank applying the same settings
 in the same order, and rank 0's CSV log."""
 import csv
-import os
 
 import pytest
 

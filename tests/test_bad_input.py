@@ -1,4 +1,4 @@
-"""Issue 10, part 5: bad input gets a clear error, and the user's arrays are never harmed.
+"""Bad input gets a clear error, and the user's arrays are never harmed.
 
 - Wrong dtypes, non-contiguous or read-only arrays (for in-place ops), roots out of range, alltoall
   splits that do not add up, bad process sets: ValueError on the calling rank, before anything is enqueued

@@ -1,4 +1,4 @@
-"""Collectives through the public API at world sizes 1-5 (issue 2 part 8).
+"""Collectives through the public API at world sizes 1-5.
 
 The ranks are launched (tests/mp.py) once per world size; that launch runs every rank body below that the
 size needs as a section (tests/launch_cache.py), each with its own init() and shutdown(), and each test

@@ -127,7 +127,7 @@ def body_others():
 
 def body_bad_arguments():
     core, comm = _communicator("bad")
-    r, n = comm.rank, comm.size
+    n = comm.size
     buf = np.arange(8, dtype=np.float32)
     ro = np.arange(8, dtype=np.float32)
     ro.flags.writeable = False

@@ -1,8 +1,6 @@
 """The elastic driver's parts, alone (generation order, blacklist, discovery, bad input at start), and
 its store hygiene over 50 consecutive resets of a real job."""
-import os
 import random
-import stat
 
 import pytest
 

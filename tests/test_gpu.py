@@ -1,4 +1,4 @@
-"""CUDA tensors through the GPU backend (issue 9).
+"""CUDA tensors through the GPU backend.
 
 The GPU tests skip, with the reason, where torch sees no CUDA device or pyhorovod was built without the
 GPU backend; they run one rank on one GPU, and 2 ranks when there are 2 or more GPUs (several ranks on one

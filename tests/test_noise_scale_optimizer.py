@@ -19,7 +19,6 @@ def dist_body(configs):
     """For each (bpps, clip, per_group, amp_scale): one training step of a fresh model, each rank on its
     shard; every rank also computes the expected A_s, A_b from all shards with autograd.grad (which does
     not fire the optimizer's hooks). The loss is divided by bpps, as Horovod's examples do."""
-    import torch
     import pyhorovod.torch as hvd
     hvd.init()
     return {"steps": [_one_step(hvd, *c) for c in configs], "every": _measured_steps_with_every(hvd, 2)}

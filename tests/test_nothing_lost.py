@@ -1,4 +1,4 @@
-"""Issue 10, part 6: nothing lost.
+"""Nothing lost.
 
 1. `pyhorovod run --max-restarts 1`: SIGKILL one rank in the middle of epoch 2 of examples/fashion_mnist.py
    (short: --limit 8192, 3 epochs, checkpoint every epoch). The launcher restarts the job, which resumes

@@ -1,4 +1,4 @@
-"""Issue 10, part 2: a dead or stopped peer. Every surviving rank raises HorovodInternalError, naming the
+"""A dead or stopped peer. Every surviving rank raises HorovodInternalError, naming the
 rank that failed; a killed peer is noticed within seconds (its sockets close), a stopped one at the
 deadline; and every later call's error quotes the first failure (which rank, and why).
 

@@ -1,4 +1,4 @@
-"""Issue 10, part 3: the network between two "hosts" (network namespaces, tests/netns.py) fails.
+"""The network between two "hosts" (network namespaces, tests/netns.py) fails.
 
 - A link cut mid-job (`ip link set hv0 down` on host 1): both ranks raise within the collective deadline,
   naming the other rank (nothing closes: only the deadline can tell).

@@ -15,7 +15,6 @@ import re
 import signal
 import threading
 
-import numpy as np
 import pytest
 
 from fault_util import StderrTimes, read_stamp, stamp, survivors_report, wait_for_files

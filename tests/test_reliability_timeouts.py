@@ -1,4 +1,4 @@
-"""Issue 10, part 1: every collective has a deadline, and nothing blocks forever -- not init, not shutdown.
+"""Every collective has a deadline, and nothing blocks forever -- not init, not shutdown.
 
 Terms: the *default deadline* is PYHOROVOD_TIMEOUT_SECONDS (1800 s unless set); `timeout=` on a call
 overrides it for that request. A *laggard* is a rank that never submits a request the others submitted.

@@ -1,4 +1,4 @@
-"""Issue 10, part 4: strangers and garbage at every port pyhorovod opens, while a job runs.
+"""Strangers and garbage at every port pyhorovod opens, while a job runs.
 
 Ports: the rendezvous store (open for the whole job) and each rank's mesh listener (open only during
 init: the mesh is complete when init returns, and the listener is closed -- checked with ss). Strangers

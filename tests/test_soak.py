@@ -1,4 +1,4 @@
-"""Issue 10, part 7: a bounded soak. 4 ranks run thousands of mixed collectives -- random op, size
+"""A bounded soak. 4 ranks run thousands of mixed collectives -- random op, size
 (0, 1, primes, up to 2^17 elements), dtype, name (a pool, so the response cache both hits and misses),
 reduction, root and alltoall splits -- in async batches, checking every result exactly. After a warm-up
 (the first quarter of the run) the resident memory (RSS) must not keep growing, and the number of open
@@ -14,7 +14,6 @@ import os
 import time
 
 import numpy as np
-import pytest
 
 from fault_util import fd_count, rss_kb, thread_count
 from mp import run_ranks

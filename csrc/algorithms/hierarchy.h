@@ -67,10 +67,11 @@ struct TwoLevel {
 };
 bool make_two_level(const Comm& comm, const std::vector<int>& host_of, TwoLevel* out);
 
-// Decides flat or two-level for a message of `bytes` (mode as in Hierarchy). Automatic: two-level when
-// the model predicts it faster, and never below the small-message threshold of the flat comm (those
-// sizes go to recursive doubling, which the ring model does not describe).
-bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl, size_t bytes, bool allgather,
+// Decides flat or two-level for a `collective` (ALLREDUCE or ALLGATHER) of `bytes` (mode as in Hierarchy).
+// Automatic: two-level when the model predicts it faster, and for an allreduce never below the
+// small-message threshold of the flat comm (those sizes go to recursive doubling, which the ring model
+// does not describe).
+bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl, size_t bytes, OpType collective,
                       const Tuning& tuning);
 
 // Same contract as allreduce() (algorithms.h) over the union of tl's comms (comm.size() = H*L).

@@ -43,13 +43,13 @@ double HierarchyModel::hierarchical_allgather_s(int hosts, int per_host, double 
          local.allgather_s(per_host, bytes);
 }
 
-bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl, size_t bytes, bool allgather,
+bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl, size_t bytes, OpType collective,
                       const Tuning& tuning) {
   if (mode == 1) return true;
   if (mode == 0 || !model.valid()) return false;
   const int H = tl.hosts, L = tl.per_host;
   const double m = static_cast<double>(bytes);
-  if (allgather) return model.hierarchical_allgather_s(H, L, m) < model.flat_allgather_s(H, L, m);
+  if (collective == OpType::ALLGATHER) return model.hierarchical_allgather_s(H, L, m) < model.flat_allgather_s(H, L, m);
   if (bytes < small_message_threshold(tuning, H * L)) return false;
   return model.hierarchical_allreduce_s(H, L, m) < model.flat_allreduce_s(H, L, m);
 }

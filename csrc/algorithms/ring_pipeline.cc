@@ -22,7 +22,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "common/error.h"
+#include "common/enforce.h"
 #include "common/reduce.h"
 
 namespace phv {
@@ -128,9 +128,10 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     posted = post_sends() || posted;
     completed.clear();
     tr->progress(completed, deadline);
-    if (completed.empty() && !posted && tr->pending() == 0)  // nothing moving and nothing can: a bug
-      throw_error(ErrorKind::INTERNAL, "rank ", comm.global(comm.rank()), ": ring pipeline stalled (sent ",
-                  sends_completed, "/", nsend, ", received ", recvs_finished, "/", nrecv, ")");
+    // Nothing moving and nothing can: a bug in the schedule.
+    PHV_ENFORCE(!completed.empty() || posted || tr->pending() != 0, "rank ", comm.global(comm.rank()),
+                ": ring pipeline stalled (sent ", sends_completed, "/", nsend, ", received ", recvs_finished, "/",
+                nrecv, ")");
     for (RequestId id : completed) {
       auto it = ids.find(id);
       if (it == ids.end()) continue;  // not ours (cannot happen while collectives run one at a time)

@@ -29,21 +29,26 @@ constexpr size_t kStackBytes = 512;
 class Waiter {
  public:
   explicit Waiter(Transport* tr) : tr_(tr) {}
-  // Blocks until both requests (or the one, when b_valid is false) have completed.
-  void wait(RequestId a, RequestId b, bool b_valid, Deadline deadline) {
-    bool wa = true, wb = b_valid;
+  // Blocks until the request has completed.
+  void wait(RequestId a, Deadline deadline) { wait_for(a, a, deadline); }
+  // Blocks until both requests have completed.
+  void wait(RequestId a, RequestId b, Deadline deadline) { wait_for(a, b, deadline); }
+
+ private:
+  // b == a: one request (two posted requests never share an id).
+  void wait_for(RequestId a, RequestId b, Deadline deadline) {
+    bool wa = true, wb = b != a;
     static thread_local std::vector<RequestId> done;
     while ((wa || wb) && tr_->pending() > 0) {
       done.clear();
       tr_->progress(done, deadline);
       for (RequestId id : done) {
         if (id == a) wa = false;
-        else if (b_valid && id == b) wb = false;
+        else if (id == b) wb = false;
       }
     }
   }
 
- private:
   Transport* tr_;
 };
 
@@ -72,10 +77,10 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
   int newrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      waiter.wait(tr->post_send(comm.global(r + 1), buf, bytes), 0, false, deadline);
+      waiter.wait(tr->post_send(comm.global(r + 1), buf, bytes), deadline);
       newrank = -1;
     } else {
-      waiter.wait(tr->post_recv(comm.global(r - 1), tmp, bytes), 0, false, deadline);
+      waiter.wait(tr->post_recv(comm.global(r - 1), tmp, bytes), deadline);
       reduce_to(buf, tmp, buf, count, dt, op);  // lower rank's value first
       newrank = r / 2;
     }
@@ -89,7 +94,7 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
       int partner = partner_new < rem ? partner_new * 2 + 1 : partner_new + rem;
       RequestId rid = tr->post_recv(comm.global(partner), tmp, bytes);
       RequestId sid = tr->post_send(comm.global(partner), buf, bytes);
-      waiter.wait(rid, sid, true, deadline);
+      waiter.wait(rid, sid, deadline);
       if (partner_new < newrank) {
         reduce_to(buf, tmp, buf, count, dt, op);
       } else {
@@ -100,9 +105,9 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
 
   if (r < 2 * rem) {
     if (r % 2 == 1) {
-      waiter.wait(tr->post_send(comm.global(r - 1), buf, bytes), 0, false, deadline);
+      waiter.wait(tr->post_send(comm.global(r - 1), buf, bytes), deadline);
     } else {
-      waiter.wait(tr->post_recv(comm.global(r + 1), buf, bytes), 0, false, deadline);
+      waiter.wait(tr->post_recv(comm.global(r + 1), buf, bytes), deadline);
     }
   }
 }

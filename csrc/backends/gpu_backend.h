@@ -1,4 +1,4 @@
-// The GPU path (issue 9): collectives on CUDA device buffers through NCCL. Always compiled as an
+// The GPU path: collectives on CUDA device buffers through NCCL. Always compiled as an
 // interface; make_gpu_backend() throws a clear error in builds without NCCL (gpu_backend_stub.cc), so a
 // CPU install imports and runs with no CUDA present.
 //

@@ -43,7 +43,7 @@ void HostBackend::reduce(const Comm& comm, void* buf, size_t count, DataType dt,
                          double post) {
   const TwoLevel* tl = op == ReduceOp::ADASUM ? nullptr : two_level(comm);
   if (tl != nullptr && prefer_two_level(hierarchy_.allreduce_mode, hierarchy_.model, *tl, count * dtype_size(dt),
-                                        false, tuning_)) {
+                                        OpType::ALLREDUCE, tuning_)) {
     hierarchical_allreduce(*tl, buf, count, dt, op, tuning_, deadline, post);
   } else {
     phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
@@ -116,7 +116,8 @@ void HostBackend::allgatherv(const Comm& comm, const void* send, void* recv, con
   size_t total = 0;
   for (size_t bytes : bytes_per_rank) total += bytes;
   const TwoLevel* tl = two_level(comm);
-  if (tl != nullptr && prefer_two_level(hierarchy_.allgather_mode, hierarchy_.model, *tl, total, true, tuning_)) {
+  if (tl != nullptr &&
+      prefer_two_level(hierarchy_.allgather_mode, hierarchy_.model, *tl, total, OpType::ALLGATHER, tuning_)) {
     hierarchical_allgatherv(comm, *tl, hierarchy_.host_of, send, recv, bytes_per_rank, tuning_, ctx.deadline);
   } else {
     phv::allgatherv(comm, send, recv, bytes_per_rank, tuning_, ctx.deadline);

@@ -10,9 +10,13 @@
 
 namespace phv {
 
+// What the core does with a caller's buffer: only reads it (an input), or writes into it (an output).
+enum class BufferAccess { READ, WRITE };
+
 class BufferView {
  public:
-  BufferView(PyObject* obj, bool writable, const char* name) {
+  BufferView(PyObject* obj, BufferAccess access, const char* name) {
+    const bool writable = access == BufferAccess::WRITE;
     int flags = PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &view_, flags) != 0) {
       PyErr_Clear();

@@ -53,7 +53,7 @@ class Communicator {
     PHV_CHECK_ARG(algorithm == "auto" || algorithm == "ring" || algorithm == "small",
                   "algorithm must be 'auto', 'ring' or 'small', got '", algorithm, "'");
     Deadline deadline = check_timeout(timeout_s);
-    BufferView b(buf.ptr(), true, "buf");
+    BufferView b(buf.ptr(), BufferAccess::WRITE, "buf");
     size_t es = dtype_size(dt);
     PHV_CHECK_ARG(b.bytes() % es == 0, "buf has ", b.bytes(), " bytes, not a multiple of the ", dtype_name(dt),
                   " element size ", es);
@@ -77,8 +77,8 @@ class Communicator {
     Deadline deadline = check_timeout(timeout_s);
     PHV_CHECK_ARG(bytes_per_rank.size() == static_cast<size_t>(size_), "bytes_per_rank has ", bytes_per_rank.size(),
                   " entries, expected one per rank (", size_, ")");
-    BufferView s(send.ptr(), false, "send");
-    BufferView r(recv.ptr(), true, "recv");
+    BufferView s(send.ptr(), BufferAccess::READ, "send");
+    BufferView r(recv.ptr(), BufferAccess::WRITE, "recv");
     PHV_CHECK_ARG(s.bytes() == bytes_per_rank[rank_], "send has ", s.bytes(), " bytes but bytes_per_rank[", rank_,
                   "] is ", bytes_per_rank[rank_]);
     PHV_CHECK_ARG(r.bytes() == sum(bytes_per_rank), "recv has ", r.bytes(), " bytes but bytes_per_rank sums to ",
@@ -89,7 +89,7 @@ class Communicator {
   void broadcast(py::object buf, int root, double timeout_s) {
     Deadline deadline = check_timeout(timeout_s);
     PHV_CHECK_ARG(root >= 0 && root < size_, "root ", root, " is not in [0, ", size_, ")");
-    BufferView b(buf.ptr(), true, "buf");
+    BufferView b(buf.ptr(), BufferAccess::WRITE, "buf");
     run([&](TcpBackend& be) { phv::broadcast(be.world(), b.data(), b.bytes(), root, be.tuning(), deadline); });
   }
 
@@ -99,8 +99,8 @@ class Communicator {
     PHV_CHECK_ARG(send_bytes.size() == static_cast<size_t>(size_) && recv_bytes.size() == static_cast<size_t>(size_),
                   "send_bytes and recv_bytes need one entry per rank (", size_, "), got ", send_bytes.size(), " and ",
                   recv_bytes.size());
-    BufferView s(send.ptr(), false, "send");
-    BufferView r(recv.ptr(), true, "recv");
+    BufferView s(send.ptr(), BufferAccess::READ, "send");
+    BufferView r(recv.ptr(), BufferAccess::WRITE, "recv");
     PHV_CHECK_ARG(s.bytes() == sum(send_bytes), "send has ", s.bytes(), " bytes but send_bytes sums to ", sum(send_bytes));
     PHV_CHECK_ARG(r.bytes() == sum(recv_bytes), "recv has ", r.bytes(), " bytes but recv_bytes sums to ", sum(recv_bytes));
     run([&](TcpBackend& be) { phv::alltoallv(be.world(), s.data(), send_bytes, r.data(), recv_bytes, deadline); });
@@ -113,8 +113,8 @@ class Communicator {
     Deadline deadline = check_timeout(timeout_s);
     PHV_CHECK_ARG(counts.size() == static_cast<size_t>(size_), "counts has ", counts.size(),
                   " entries, expected one per rank (", size_, ")");
-    BufferView in(input.ptr(), false, "input");
-    BufferView out(output.ptr(), true, "output");
+    BufferView in(input.ptr(), BufferAccess::READ, "input");
+    BufferView out(output.ptr(), BufferAccess::WRITE, "output");
     size_t es = dtype_size(dt);
     PHV_CHECK_ARG(in.bytes() == sum(counts) * es, "input has ", in.bytes(), " bytes but counts sum to ", sum(counts),
                   " elements of ", es, " bytes");

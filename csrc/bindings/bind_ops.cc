@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/bind_buffer.h"
 #include "bindings/bind_interrupt.h"
 #include "engine/engine.h"
 
@@ -42,7 +43,8 @@ py::object output_object(const Result& r) {
 
 // The address of a host buffer: an int is taken as a pointer, anything else must expose a C-contiguous
 // buffer (writable for outputs). The caller keeps the object alive for the whole (synchronous) call.
-void* host_pointer(py::handle obj, bool writable) {
+void* host_pointer(py::handle obj, BufferAccess access) {
+  const bool writable = access == BufferAccess::WRITE;
   if (PyLong_Check(obj.ptr())) return reinterpret_cast<void*>(obj.cast<uintptr_t>());
   if (py::isinstance<py::array>(obj)) {  // any dtype (the buffer protocol refuses e.g. ml_dtypes' bfloat16)
     auto arr = py::reinterpret_borrow<py::array>(obj);
@@ -165,8 +167,8 @@ void register_ops(py::module_& m) {
             r.name = std::move(name);
             r.dtype = static_cast<DataType>(dtype);
             r.shape = std::move(shape);
-            r.input = host_pointer(input, false);
-            r.output = output.is_none() ? nullptr : host_pointer(output, true);
+            r.input = host_pointer(input, BufferAccess::READ);
+            r.output = output.is_none() ? nullptr : host_pointer(output, BufferAccess::WRITE);
             r.reduce_op = static_cast<ReduceOp>(reduce_op);
             r.prescale = prescale;
             r.postscale = postscale;

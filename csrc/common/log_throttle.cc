@@ -4,8 +4,15 @@
 
 namespace phv {
 
-void LogThrottle::flush(Deadline now, bool force) {
-  if (now - window_start_ < interval_ && !(force && suppressed_ > 0)) return;
+void LogThrottle::flush(Deadline now) {
+  if (now - window_start_ >= interval_) end_window(now);
+}
+
+void LogThrottle::flush_pending(Deadline now) {
+  if (now - window_start_ >= interval_ || suppressed_ > 0) end_window(now);
+}
+
+void LogThrottle::end_window(Deadline now) {
   if (suppressed_ > 0) {
     double secs = std::chrono::duration<double>(now - window_start_).count();
     log(LogLevel::WARNING, prefix_, ": ", suppressed_, " more like this in the last ", static_cast<int>(secs + 0.5),

@@ -16,14 +16,18 @@ class LogThrottle {
       : prefix_(std::move(prefix)), burst_(burst), interval_(to_duration(interval_s)) {}
 
   void warn(const std::string& text);
-  // Call now and then: emits a due summary (force: any pending one, e.g. before the owner goes away).
-  void flush(Deadline now, bool force = false);
+  // Call now and then: emits a due summary.
+  void flush(Deadline now);
+  // Emits any pending summary, due or not, e.g. before the owner goes away.
+  void flush_pending(Deadline now);
   size_t suppressed_total() const { return suppressed_total_; }
 
  private:
   static Clock::duration to_duration(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
+
+  void end_window(Deadline now);  // logs the summary of the window, if any, and starts the next one
 
   std::string prefix_;
   size_t burst_;

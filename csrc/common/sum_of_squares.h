@@ -1,6 +1,7 @@
 // sum of x[i]^2 over a host buffer: the local squared gradient norm |g_k|^2 of the noise-scale
 // measurement (pyhorovod/torch/noise_tap.py), taken in every gradient's hook. A direct call costs a few
-// microseconds where a torch norm kernel call costs ~14 us inside backward (issue 7's overhead budget).
+// microseconds where a torch norm kernel call costs ~14 us inside backward, which the measurement's small
+// overhead budget cannot afford.
 #pragma once
 #include <cstddef>
 #include "common/types.h"

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "common/enforce.h"
+
 namespace phv {
 
 int64_t Desc::count() const {
@@ -18,14 +20,37 @@ int64_t Desc::row_elements() const {
 
 size_t Desc::bytes() const { return static_cast<size_t>(count()) * dtype_size(dtype); }
 
-const char* kind_name(uint8_t kind) {
-  if (kind == kKindAddSet) return "add_process_set";
-  if (kind == kKindRemoveSet) return "remove_process_set";
-  if (kind <= static_cast<uint8_t>(OpType::JOIN)) return op_type_name(static_cast<OpType>(kind));
+const char* kind_name(DescKind kind) {
+  if (kind == kDescAddProcessSet) return "add_process_set";
+  if (kind == kDescRemoveProcessSet) return "remove_process_set";
+  if (kind <= kDescJoin) return op_type_name(static_cast<OpType>(kind));
   return "unknown op";
 }
 
 std::string device_str(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_string(device); }
+
+namespace {
+
+// A process-set change travels in the place of a shape, as a list of integers: the new set's ranks, or the
+// removed set's id.
+std::vector<int64_t> set_change_args(const Desc& d) {
+  if (d.kind == kDescAddProcessSet) return std::vector<int64_t>(d.set_ranks.begin(), d.set_ranks.end());
+  return {d.removed_set};
+}
+
+void set_set_change_args(Desc& d, const std::vector<int64_t>& args) {
+  d.set_ranks.clear();
+  d.removed_set = 0;
+  if (d.kind == kDescAddProcessSet) {
+    d.set_ranks.assign(args.begin(), args.end());
+  } else {
+    PHV_ENFORCE(args.size() == 1, "corrupt engine negotiation message: remove_process_set with ", args.size(),
+                " arguments");
+    d.removed_set = static_cast<int>(args[0]);
+  }
+}
+
+}  // namespace
 
 void encode_desc(WireWriter& w, const Desc& d) {
   w.put<uint8_t>(d.kind);
@@ -36,19 +61,22 @@ void encode_desc(WireWriter& w, const Desc& d) {
   w.put<int32_t>(d.device);
   w.put<double>(d.prescale);
   w.put<double>(d.postscale);
-  w.put_i64s(d.shape);
+  if (is_set_change(d.kind)) {
+    w.put_i64s(set_change_args(d));
+  } else {
+    w.put_i64s(d.shape);
+  }
   w.put_string(d.name);
   w.put_string(d.group_key);
   w.put<int32_t>(d.group_size);
 }
 
 void decode_desc(WireReader& r, Desc& d) {
-  d.kind = r.get<uint8_t>();
+  d.kind = static_cast<DescKind>(r.get<uint8_t>());
   uint8_t dt = r.get<uint8_t>();
   uint8_t op = r.get<uint8_t>();
-  if (dt > static_cast<uint8_t>(DataType::BOOL) || op > static_cast<uint8_t>(ReduceOp::ADASUM)) {
-    throw_error(ErrorKind::INTERNAL, "corrupt engine negotiation message: dtype ", int(dt), ", op ", int(op));
-  }
+  PHV_ENFORCE(dt <= static_cast<uint8_t>(DataType::BOOL) && op <= static_cast<uint8_t>(ReduceOp::ADASUM),
+              "corrupt engine negotiation message: dtype ", int(dt), ", op ", int(op));
   d.dtype = static_cast<DataType>(dt);
   d.op = static_cast<ReduceOp>(op);
   d.set = r.get<int32_t>();
@@ -60,17 +88,17 @@ void decode_desc(WireReader& r, Desc& d) {
   r.get_string(d.name);
   r.get_string(d.group_key);
   d.group_size = r.get<int32_t>();
+  if (is_set_change(d.kind)) {
+    set_set_change_args(d, d.shape);
+    d.shape.clear();
+  }
 }
 
-bool dim0_may_differ(uint8_t kind) {
-  return kind == static_cast<uint8_t>(OpType::ALLGATHER) || kind == static_cast<uint8_t>(OpType::ALLTOALL);
-}
+bool dim0_may_differ(DescKind kind) { return kind == kDescAllgather || kind == kDescAlltoall; }
 
 namespace {
 
-bool uses_reduce_op(uint8_t kind) {
-  return kind == static_cast<uint8_t>(OpType::ALLREDUCE) || kind == static_cast<uint8_t>(OpType::REDUCESCATTER);
-}
+bool uses_reduce_op(DescKind kind) { return kind == kDescAllreduce || kind == kDescReducescatter; }
 
 bool shapes_agree(const Desc& a, const Desc& b) {
   if (!dim0_may_differ(a.kind)) return a.shape == b.shape;
@@ -97,8 +125,11 @@ std::string compare_descs(const Desc& a, int ra, const Desc& b, int rb) {
                     std::string(kind_name(b.kind)), "requested");
   }
   const char* op = kind_name(a.kind);
-  if (a.kind == kKindAddSet || a.kind == kKindRemoveSet) {
-    if (a.shape != b.shape) return pair_msg((std::string(op) + " arguments").c_str(), ra, shape_str(a.shape), rb, shape_str(b.shape));
+  if (is_set_change(a.kind)) {
+    std::vector<int64_t> args_a = set_change_args(a), args_b = set_change_args(b);
+    if (args_a != args_b) {
+      return pair_msg((std::string(op) + " arguments").c_str(), ra, shape_str(args_a), rb, shape_str(args_b));
+    }
     return "";
   }
   if (a.dtype != b.dtype) {
@@ -112,7 +143,7 @@ std::string compare_descs(const Desc& a, int ra, const Desc& b, int rb) {
     if (a.prescale != b.prescale) return pair_msg("prescale factors", ra, a.prescale, rb, b.prescale, "used");
     if (a.postscale != b.postscale) return pair_msg("postscale factors", ra, a.postscale, rb, b.postscale, "used");
   }
-  if (a.kind == static_cast<uint8_t>(OpType::BROADCAST) && a.root != b.root) {
+  if (a.kind == kDescBroadcast && a.root != b.root) {
     return pair_msg("broadcast root ranks", ra, a.root, rb, b.root, "used root");
   }
   if (!shapes_agree(a, b)) {
@@ -141,7 +172,7 @@ bool same_request(const Desc& agreed, const Desc& mine) {
       (agreed.op != mine.op || agreed.prescale != mine.prescale || agreed.postscale != mine.postscale)) {
     return false;
   }
-  if (agreed.kind == static_cast<uint8_t>(OpType::BROADCAST) && agreed.root != mine.root) return false;
+  if (agreed.kind == kDescBroadcast && agreed.root != mine.root) return false;
   return shapes_agree(agreed, mine);
 }
 

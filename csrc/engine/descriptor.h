@@ -14,10 +14,24 @@
 
 namespace phv {
 
-// Descriptor kinds beyond OpType: process-set changes are negotiated like collectives so that every rank
-// applies them at the same point of the agreed order.
-constexpr uint8_t kKindAddSet = 100;
-constexpr uint8_t kKindRemoveSet = 101;
+// What a descriptor asks the ranks to agree on: a collective, whose kind is its OpType code, or a change of
+// the process sets, negotiated like a collective so that every rank applies it at the same point of the
+// agreed order. Unscoped, so that code comparing a kind with an OpType code keeps working; one byte on the
+// wire.
+enum DescKind : uint8_t {
+  kDescAllreduce = static_cast<uint8_t>(OpType::ALLREDUCE),
+  kDescAllgather = static_cast<uint8_t>(OpType::ALLGATHER),
+  kDescBroadcast = static_cast<uint8_t>(OpType::BROADCAST),
+  kDescAlltoall = static_cast<uint8_t>(OpType::ALLTOALL),
+  kDescReducescatter = static_cast<uint8_t>(OpType::REDUCESCATTER),
+  kDescBarrier = static_cast<uint8_t>(OpType::BARRIER),
+  kDescJoin = static_cast<uint8_t>(OpType::JOIN),
+  kDescAddProcessSet = 100,
+  kDescRemoveProcessSet = 101,
+};
+
+constexpr DescKind desc_kind(OpType type) { return static_cast<DescKind>(type); }
+constexpr bool is_set_change(DescKind kind) { return kind == kDescAddProcessSet || kind == kDescRemoveProcessSet; }
 
 struct Key {
   int set = 0;
@@ -30,7 +44,7 @@ struct KeyHash {
 };
 
 struct Desc {
-  uint8_t kind = 0;  // OpType value, kKindAddSet or kKindRemoveSet
+  DescKind kind = kDescAllreduce;
   DataType dtype = DataType::FLOAT32;
   ReduceOp op = ReduceOp::SUM;
   int set = 0;
@@ -38,10 +52,12 @@ struct Desc {
   int device = -1;
   double prescale = 1.0;
   double postscale = 1.0;
-  std::vector<int64_t> shape;  // add/remove set: the ranks / the id
+  std::vector<int64_t> shape;
   std::string name;
   std::string group_key;  // name of the group's first member; "" when not grouped
   int32_t group_size = 0;
+  std::vector<int> set_ranks;  // kDescAddProcessSet: the new set's global ranks, ascending
+  int removed_set = 0;         // kDescRemoveProcessSet: the id of the set to remove
 
   Key key() const { return Key{set, name}; }
   int64_t count() const;           // elements (product of shape; 1 for a scalar)
@@ -49,14 +65,14 @@ struct Desc {
   size_t bytes() const;
 };
 
-const char* kind_name(uint8_t kind);       // "allreduce", ..., "add_process_set"
+const char* kind_name(DescKind kind);      // "allreduce", ..., "add_process_set"
 std::string device_str(int device);        // "cpu", "cuda:0"
 
 void encode_desc(WireWriter& w, const Desc& d);
 void decode_desc(WireReader& r, Desc& d);
 
 // Do allgather/alltoall compare all dims but the first? (Their dim 0 may differ per rank.)
-bool dim0_may_differ(uint8_t kind);
+bool dim0_may_differ(DescKind kind);
 
 // "" when `b` (from rank rb) agrees with `a` (from rank ra); otherwise the error text, e.g.
 // "Mismatched allreduce tensor shapes: rank 0 sent [2, 3], rank 1 sent [2, 4]".

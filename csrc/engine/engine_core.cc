@@ -141,7 +141,7 @@ EngineCore::OpPtr EngineCore::make_op(Request request, double timeout_s) {
   if (request.type == OpType::JOIN) {
     PHV_CHECK_ARG(request.process_set == 0, "join: only the global process set (0) is supported, got ",
                   request.process_set);
-    op->desc.kind = static_cast<uint8_t>(OpType::JOIN);
+    op->desc.kind = kDescJoin;
     op->desc.name = request.name;
   } else {
     std::pair<int, int> where = sets_.check_member(request.process_set, op_type_name(request.type));
@@ -265,8 +265,8 @@ int EngineCore::add_process_set(const std::vector<int>& ranks) {
                 "add_process_set() needs dynamic process sets: set HOROVOD_DYNAMIC_PROCESS_SETS=1 on every rank");
   std::vector<int> sorted = sets_.normalise(ranks);
   auto op = std::make_shared<Op>();
-  op->desc.kind = kKindAddSet;
-  op->desc.shape.assign(sorted.begin(), sorted.end());
+  op->desc.kind = kDescAddProcessSet;
+  op->desc.set_ranks = sorted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     op->desc.name = "add_process_set." + std::to_string(++next_set_change_);
@@ -283,8 +283,8 @@ void EngineCore::remove_process_set(int id) {
   PHV_CHECK_ARG(id != 0, "the global process set (id 0) cannot be removed");
   PHV_CHECK_ARG(sets_.exists(id), "no process set with id ", id);
   auto op = std::make_shared<Op>();
-  op->desc.kind = kKindRemoveSet;
-  op->desc.shape = {id};
+  op->desc.kind = kDescRemoveProcessSet;
+  op->desc.removed_set = id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     op->desc.name = "remove_process_set." + std::to_string(++next_set_change_);

@@ -156,7 +156,7 @@ void EngineCore::run_unit(size_t begin, size_t end) {
     unit_ops_.push_back(op);
   }
   const Desc& first = *unit_.front().agreed;
-  if (first.kind == kKindAddSet || first.kind == kKindRemoveSet) {
+  if (is_set_change(first.kind)) {
     apply_set_change(resp_.items[begin], unit_ops_.front().get());
     if (unit_ops_.front()) {
       pending_.erase(unit_ops_.front()->desc.key());
@@ -227,13 +227,12 @@ std::string EngineCore::describe_unit(const void* core) {
 void EngineCore::apply_set_change(const ResponseItem& item, Op* op) {
   const Desc& d = *item.agreed;
   try {
-    if (d.kind == kKindAddSet) {
-      std::vector<int> ranks(d.shape.begin(), d.shape.end());
-      int id = sets_.add(ranks);
+    if (d.kind == kDescAddProcessSet) {
+      int id = sets_.add(d.set_ranks);
       if (op) op->result.value = id;
       return;
     }
-    int id = static_cast<int>(d.shape.at(0));
+    int id = d.removed_set;
     sets_.remove(id);
     cache_.erase_set(id);
     for (auto it = pending_.begin(); it != pending_.end();) {

@@ -34,7 +34,7 @@ void FusionPlanner::plan(ResponseList& list, const ResponseCache& cache, int64_t
       const Desc& d = desc_of(it, cache);
       int64_t bytes = static_cast<int64_t>(d.bytes());
       bool capped = max_tensor_bytes > 0 && d.device < 0 && bytes > max_tensor_bytes;
-      if (d.kind == static_cast<uint8_t>(OpType::ALLREDUCE) && bytes <= threshold_bytes && !capped) {
+      if (d.kind == kDescAllreduce && bytes <= threshold_bytes && !capped) {
         for (Bucket& b : open_) {
           if (same_fusion_key(*b.key, d)) {
             if (b.bytes + bytes <= threshold_bytes) {

@@ -8,8 +8,8 @@ namespace phv {
 
 bool inline_eligible(const Desc& d) {
   // Adasum is not element-wise: reduce_inline's kernel cannot do it.
-  return d.kind == static_cast<uint8_t>(OpType::ALLREDUCE) && d.op != ReduceOp::ADASUM && d.device < 0 && d.group_size == 0 &&
-         d.bytes() > 0 && d.bytes() <= kInlineBytes;
+  return d.kind == kDescAllreduce && d.op != ReduceOp::ADASUM && d.device < 0 && d.group_size == 0 && d.bytes() > 0 &&
+         d.bytes() <= kInlineBytes;
 }
 
 void append_inline(RankMessage& m, int pos, const Op& op) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/enforce.h"
 #include "engine/wire.h"
 
 namespace phv {
@@ -12,7 +13,7 @@ constexpr uint32_t kRespMagic = 0x53564850;  // "PHVS"
 constexpr size_t kMaxMessage = size_t(1) << 30;
 
 void check_magic(uint32_t got, uint32_t want) {
-  if (got != want) throw_error(ErrorKind::INTERNAL, "corrupt engine negotiation message: bad magic ", got);
+  PHV_ENFORCE(got == want, "corrupt engine negotiation message: bad magic ", got);
 }
 
 // Header layout shared by both messages: magic, total length, flags, then message-specific words.
@@ -59,7 +60,7 @@ ResponseItem& ResponseList::add() {
 size_t announced_length(const uint8_t* slot) {
   uint32_t len;
   std::memcpy(&len, slot + 4, sizeof(len));
-  if (len > kMaxMessage) throw_error(ErrorKind::INTERNAL, "engine negotiation message announces ", len, " bytes");
+  PHV_ENFORCE(len <= kMaxMessage, "engine negotiation message announces ", len, " bytes");
   return len;
 }
 
@@ -108,7 +109,7 @@ void decode_rank_message(const uint8_t* data, size_t len, RankMessage& m) {
     Expiry& e = m.add_expiry();
     e.key.set = r.get<int32_t>();
     r.get_string(e.key.name);
-    e.kind = r.get<uint8_t>();
+    e.kind = static_cast<DescKind>(r.get<uint8_t>());
     e.waited_s = r.get<double>();
     e.request_seq = r.get<int64_t>();
   }
@@ -178,7 +179,7 @@ void decode_response_list(const uint8_t* data, size_t len, ResponseList& l) {
       decode_desc(r, it.desc);
       r.get_i64s(it.dim0s);
     } else if (it.type == ItemType::ERROR) {
-      it.desc.kind = r.get<uint8_t>();
+      it.desc.kind = static_cast<DescKind>(r.get<uint8_t>());
       it.desc.set = r.get<int32_t>();
       r.get_string(it.desc.name);
       uint8_t kind = r.get<uint8_t>();
@@ -186,7 +187,7 @@ void decode_response_list(const uint8_t* data, size_t len, ResponseList& l) {
                                                                          : ErrorKind::INTERNAL;
       r.get_string(it.message);
     } else {
-      throw_error(ErrorKind::INTERNAL, "corrupt engine negotiation message: item type ", int(it.type));
+      PHV_ENFORCE_FAIL("corrupt engine negotiation message: item type ", int(it.type));
     }
   }
   if (l.flags & kRespShutdown) r.get_string(l.shutdown_reason);

@@ -38,7 +38,7 @@ constexpr uint32_t kRespAllWaiting = 4;   // nothing can progress until someone 
 
 struct Expiry {
   Key key;
-  uint8_t kind = 0;
+  DescKind kind = kDescAllreduce;
   double waited_s = 0;
   int64_t request_seq = 0;
 };

@@ -15,7 +15,7 @@ std::string ranks_str(const std::vector<int>& ranks) {
   return shape_str(wide);
 }
 
-std::string label(uint8_t kind, const Key& key) {
+std::string label(DescKind kind, const Key& key) {
   std::string s = std::string(kind_name(kind)) + " '" + key.name + "'";
   if (key.set != 0) s += " in process set " + std::to_string(key.set);
   return s;
@@ -267,7 +267,7 @@ void Coordinator::take_table(Clock::time_point now, ResponseList& out) {
   for (auto it = table_.begin(); it != table_.end();) {
     ProcessSet* ps = sets_.get(it->first.set);
     if (ps == nullptr) {
-      uint8_t kind = 0;
+      DescKind kind = kDescAllreduce;
       for (int r = 0; r < world_; ++r) {
         if (it->second.have[static_cast<size_t>(r)]) kind = it->second.descs[static_cast<size_t>(r)].kind;
       }
@@ -327,7 +327,8 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
     }
   }
   if (ref < 0) {  // only ranks outside the set reported it: enqueue() rejects that, so never expected
-    add_error(out, key, 0, ErrorKind::INTERNAL, "'" + key.name + "' was submitted only by non-members of its set");
+    add_error(out, key, kDescAllreduce, ErrorKind::INTERNAL,
+              "'" + key.name + "' was submitted only by non-members of its set");
     return;
   }
   const Desc& a = e.descs[static_cast<size_t>(ref)];
@@ -374,7 +375,7 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
   }
 }
 
-void Coordinator::add_error(ResponseList& out, const Key& key, uint8_t kind, ErrorKind err, const std::string& msg) {
+void Coordinator::add_error(ResponseList& out, const Key& key, DescKind kind, ErrorKind err, const std::string& msg) {
   ResponseItem& item = out.add();
   item.type = ItemType::ERROR;
   item.desc.kind = kind;
@@ -392,7 +393,7 @@ void Coordinator::check_stalls(const std::vector<RankMessage>& msgs, Clock::time
     ProcessSet* ps = sets_.get(kv.first.set);
     if (ps == nullptr) continue;
     missing.clear();
-    uint8_t kind = 0;
+    DescKind kind = kDescAllreduce;
     for (int m : ps->comm.members) {
       if (kv.second.have[static_cast<size_t>(m)]) {
         kind = kv.second.descs[static_cast<size_t>(m)].kind;

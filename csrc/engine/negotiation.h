@@ -58,7 +58,7 @@ class Coordinator {
   void take_table(Clock::time_point now, ResponseList& out);
   void check_stalls(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out);
   void verdict(const Key& key, TableEntry& e, const std::vector<int>& members, ResponseList& out);
-  void add_error(ResponseList& out, const Key& key, uint8_t kind, ErrorKind err, const std::string& msg);
+  void add_error(ResponseList& out, const Key& key, DescKind kind, ErrorKind err, const std::string& msg);
   std::vector<int> joined_missing_members(const std::vector<int>& members) const;
   bool expiring(const Key& key) const;
   // negotiation_explain.cc: the names `rank` has pending, and the timeout text's explanation.

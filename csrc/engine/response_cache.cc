@@ -6,9 +6,7 @@ ResponseCache::ResponseCache(int capacity) : capacity_(capacity < 0 ? 0 : capaci
   entries_.reserve(static_cast<size_t>(capacity_));
 }
 
-bool ResponseCache::cacheable(const Desc& d) {
-  return d.group_size == 0 && d.kind <= static_cast<uint8_t>(OpType::BARRIER);
-}
+bool ResponseCache::cacheable(const Desc& d) { return d.group_size == 0 && d.kind <= kDescBarrier; }
 
 int ResponseCache::lookup(const Key& key) const {
   auto it = index_.find(key);
@@ -18,7 +16,7 @@ int ResponseCache::lookup(const Key& key) const {
 bool ResponseCache::hit(int pos, const Desc& mine, int my_index) const {
   const CacheEntry& e = entries_[static_cast<size_t>(pos)];
   if (!e.valid || !same_request(e.desc, mine)) return false;
-  if (e.desc.kind == static_cast<uint8_t>(OpType::ALLGATHER)) {
+  if (e.desc.kind == kDescAllgather) {
     if (my_index < 0 || static_cast<size_t>(my_index) >= e.dim0s.size()) return false;
     return !mine.shape.empty() && mine.shape[0] == e.dim0s[static_cast<size_t>(my_index)];
   }

@@ -34,7 +34,7 @@ bool StallInspector::due(Clock::time_point now) {
   return true;
 }
 
-void StallInspector::consider(const Key& key, uint8_t kind, double waited_s, const std::vector<int>& missing) {
+void StallInspector::consider(const Key& key, DescKind kind, double waited_s, const std::vector<int>& missing) {
   if (disabled_ || missing.empty()) return;
   seen_.push_back(key);
   std::ostringstream what;

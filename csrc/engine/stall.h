@@ -22,7 +22,7 @@ class StallInspector {
 
   bool due(Clock::time_point now);
   // One request that is waiting: `missing` lists the members that have not submitted it.
-  void consider(const Key& key, uint8_t kind, double waited_s, const std::vector<int>& missing);
+  void consider(const Key& key, DescKind kind, double waited_s, const std::vector<int>& missing);
   // Logs the warning (if any tensor is newly stalled) and returns the shutdown reason, "" if none.
   std::string conclude(Clock::time_point now);
 

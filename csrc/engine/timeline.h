@@ -49,6 +49,6 @@ class Timeline {
   std::unordered_map<Key, int, KeyHash> tracks_;
 };
 
-std::string span_name(const char* prefix, uint8_t kind);  // e.g. ("NEGOTIATE_", allreduce) -> NEGOTIATE_ALLREDUCE
+std::string span_name(const char* prefix, DescKind kind);  // e.g. ("NEGOTIATE_", allreduce) -> NEGOTIATE_ALLREDUCE
 
 }  // namespace phv

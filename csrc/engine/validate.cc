@@ -20,7 +20,7 @@ Desc validate_request(const Request& req, int set_size) {
                 ": prescale and postscale must be finite");
 
   Desc d;
-  d.kind = static_cast<uint8_t>(req.type);
+  d.kind = desc_kind(req.type);
   d.set = req.process_set;
   d.device = req.device;
   d.name = req.name;

@@ -1,6 +1,7 @@
 // TcpStoreClient (tcp_store.h); the server is in tcp_store_server.cc.
 #include "rendezvous/tcp_store.h"
 
+#include "common/enforce.h"
 #include "common/error.h"
 #include "rendezvous/handshake.h"
 #include "rendezvous/store_wire.h"
@@ -50,8 +51,7 @@ TcpStoreClient::Reply TcpStoreClient::call(uint32_t op, const std::vector<std::s
     char h[kHeaderBytes];
     recv_all(fd_.get(), h, sizeof(h), deadline, who);
     FrameHeader head = decode_header(h);
-    if (head.magic != kResponseMagic || head.body_len > kStoreMaxBody)
-      throw_error(ErrorKind::INTERNAL, who, " sent a malformed reply");
+    PHV_ENFORCE(head.magic == kResponseMagic && head.body_len <= kStoreMaxBody, who, " sent a malformed reply");
     r.status = head.code;
     r.value = head.arg;
     r.body.resize(head.body_len);
@@ -74,7 +74,7 @@ std::string TcpStoreClient::get(const std::string& key, double timeout_s) {
   Reply r = call(OP_GET, {key}, "", static_cast<int64_t>(timeout_s * 1000),
                  deadline_after(timeout_s + kReplyGraceSeconds), what);
   if (r.status == ST_TIMEOUT) throw_error(ErrorKind::TIMEOUT, what, " timed out after ", timeout_s, " s");
-  if (r.status != ST_OK) throw_error(ErrorKind::INTERNAL, what, " failed: ", r.body);
+  PHV_ENFORCE(r.status == ST_OK, what, " failed: ", r.body);  // a get is answered OK, TIMEOUT or LIMIT
   return r.body;
 }
 
@@ -92,7 +92,7 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, double timeout_s
                  deadline_after(timeout_s + kReplyGraceSeconds), what);
   if (r.status == ST_TIMEOUT)
     throw_error(ErrorKind::TIMEOUT, what, " timed out after ", timeout_s, " s; keys still missing: ", r.body);
-  if (r.status != ST_OK) throw_error(ErrorKind::INTERNAL, what, " failed: ", r.body);
+  PHV_ENFORCE(r.status == ST_OK, what, " failed: ", r.body);  // a wait is answered OK, TIMEOUT or LIMIT
 }
 
 int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {

@@ -153,7 +153,7 @@ void TcpStoreServer::State::run() {
     // Keys may have appeared (or deadlines passed) for parked requests.
     deliver_finished_waits(now);
   }
-  warnings.flush(Clock::now(), true);
+  warnings.flush_pending(Clock::now());
 }
 
 void TcpStoreServer::State::accept_clients(Deadline now, size_t cap) {

@@ -71,7 +71,7 @@ std::unique_ptr<Op> make_op(OpType type, const std::string& name, std::vector<in
   op->req.dtype = DataType::FLOAT64;
   op->req.shape = shape;
   op->req.device = device;
-  op->desc.kind = static_cast<uint8_t>(type);
+  op->desc.kind = desc_kind(type);
   op->desc.dtype = DataType::FLOAT64;
   op->desc.shape = shape;
   op->desc.name = name;

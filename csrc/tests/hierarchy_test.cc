@@ -28,16 +28,17 @@ void test_fit_and_choice() {
   tl.hosts = 2;
   tl.per_host = 2;
   Tuning tuning;
+  const OpType ar = OpType::ALLREDUCE;
   // 16 MiB: flat 2*3*20us + 1.5*M/125MB/s; hierarchical local(M) + cross(M/2) -- hierarchical wins.
-  CHECK(prefer_two_level(-1, m, tl, 16 << 20, false, tuning), "16 MiB: hierarchical");
-  CHECK(!prefer_two_level(-1, m, tl, 1024, false, tuning), "1 KiB: below the small-message threshold, flat");
-  CHECK(prefer_two_level(1, m, tl, 1024, false, tuning), "mode 1: always");
-  CHECK(!prefer_two_level(0, m, tl, 16 << 20, false, tuning), "mode 0: never");
-  CHECK(!prefer_two_level(-1, HierarchyModel{}, tl, 16 << 20, false, tuning), "no model: flat");
+  CHECK(prefer_two_level(-1, m, tl, 16 << 20, ar, tuning), "16 MiB: hierarchical");
+  CHECK(!prefer_two_level(-1, m, tl, 1024, ar, tuning), "1 KiB: below the small-message threshold, flat");
+  CHECK(prefer_two_level(1, m, tl, 1024, ar, tuning), "mode 1: always");
+  CHECK(!prefer_two_level(0, m, tl, 16 << 20, ar, tuning), "mode 0: never");
+  CHECK(!prefer_two_level(-1, HierarchyModel{}, tl, 16 << 20, ar, tuning), "no model: flat");
   // Local links slower than the NIC: the extra local phases never pay off.
   HierarchyModel slow = m;
   slow.local = {1e-3, 1e7};
-  CHECK(!prefer_two_level(-1, slow, tl, 16 << 20, false, tuning), "slow local links: flat");
+  CHECK(!prefer_two_level(-1, slow, tl, 16 << 20, ar, tuning), "slow local links: flat");
   CHECK(m.hierarchical_allreduce_s(2, 2, 1e6) == m.local.allreduce_s(2, 1e6) + m.cross.allreduce_s(2, 5e5),
         "hierarchical = local(M) + cross(M/L)");
 }

@@ -51,7 +51,7 @@ struct Acceptor {
     LogThrottle warnings("rank " + std::to_string(opt.rank), 5, 10);  // strangers may connect by the thousand
     struct FlushAtExit {
       LogThrottle& w;
-      ~FlushAtExit() { w.flush(Clock::now(), true); }
+      ~FlushAtExit() { w.flush_pending(Clock::now()); }
     } flush_at_exit{warnings};
     auto refuse = [&](Pending& p, const std::string& why) {
       warnings.warn("refusing connection from " + p.addr + ": " + why);

@@ -98,7 +98,7 @@ def rank_env(slot: SlotInfo, store_addr: str, store_port: int, restart: int,
 
 def start_store(bind_host: str, secret: bytes):
     try:
-        from pyhorovod import _core
+        from pyhorovod import _core  # noqa: F401 -- only to report a missing build before the store starts
     except ImportError as e:
         raise RuntimeError(f"pyhorovod._core is not built ({e}); run `make build` or `pip install .`") from None
     from pyhorovod._rendezvous import host_store

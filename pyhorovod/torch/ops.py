@@ -9,7 +9,7 @@ Semantics follow horovod.torch; what differs is said where it happens:
 The differentiable out-of-place forms (allreduce, allgather, broadcast, alltoall, reducescatter and their
 grouped forms) live in pyhorovod/torch/autograd.py.
 """
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import torch
 

@@ -127,7 +127,8 @@ Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle
   // The engine resolves every request by its deadline (a TIMEOUT verdict at worst); the margin only
   // guards against a stuck engine thread, so that no caller ever waits forever.
   Deadline limit = op->deadline + std::chrono::seconds(30) +
-                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdown_bound_s(options_)));
+                   std::chrono::duration_cast<Clock::duration>(
+                       std::chrono::duration<double>(shutdown_bound_s(options_)));
   // Fast path: rather than hand the request to the background thread and sleep until it is done (two
   // thread wake-ups per request), the caller runs the rounds itself while its request is pending, when
   // the round token is free; whoever holds the token wakes the waiting callers after each round.

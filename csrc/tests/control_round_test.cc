@@ -19,9 +19,9 @@ namespace {
 
 // One rank's agreed state and its round, as the engine core holds them.
 struct RankSide {
-  RankSide(Transport& transport, const EngineOptions& options)
+  RankSide(Transport& transport, const EngineOptions& options, bool gpu_built = true)
       : sets(&transport, transport.size(), transport.rank()), cache(options.cache_capacity),
-        round(transport, sets, cache, timeline, options, true) {}
+        round(transport, sets, cache, timeline, options, gpu_built) {}
   ProcessSetRegistry sets;
   ResponseCache cache;
   Timeline timeline;
@@ -30,8 +30,10 @@ struct RankSide {
 
 class World {
  public:
-  explicit World(int p) : p_(p), transports_(make_memory_transports(p)) {
-    for (int r = 0; r < p; ++r) ranks_.push_back(std::make_unique<RankSide>(*transports_[r], EngineOptions()));
+  explicit World(int p, bool gpu_built = true) : p_(p), transports_(make_memory_transports(p)) {
+    for (int r = 0; r < p; ++r) {
+      ranks_.push_back(std::make_unique<RankSide>(*transports_[r], EngineOptions(), gpu_built));
+    }
     msgs_.resize(static_cast<size_t>(p));
   }
   int size() const { return p_; }
@@ -226,6 +228,36 @@ void test_join(int p) {
   w.expect_round("everybody joined", " [join done: " + std::to_string(p == 1 ? 0 : p - 2) + "]");
 }
 
+void test_gpu_refusals(int p) {
+  std::string invalid = "ERROR(" + std::to_string(static_cast<int>(ErrorKind::INVALID_ARGUMENT)) + ") g";
+  Desc g = make_desc("g", OpType::ALLREDUCE, 1024);
+  g.device = 0;
+  {
+    World w(p, false);
+    w.report_everywhere(g);
+    w.expect_round("a CUDA allreduce without the GPU backend", invalid);
+    std::string msg = error_of(w.last_list(), 0);
+    expect(msg.find("built without the GPU backend") != std::string::npos,
+           "[p=" + std::to_string(p) + "] the refusal says why", msg);
+  }
+  if (p == 1) return;  // a joined rank needs another one that has not joined
+  World w(p);
+  w.report_everywhere(g);
+  w.expect_round("a CUDA allreduce", "FULL g");
+  w.msg(w.last()).flags |= kRankJoined;
+  for (int r = 0; r < p - 1; ++r) w.report_bit(r, g.key());
+  w.expect_round("cached CUDA allreduce, the last rank joined", invalid);
+  std::string msg = error_of(w.last_list(), 0);
+  expect(msg.find("CUDA tensors cannot be reduced while ranks have joined") != std::string::npos,
+         "[p=" + std::to_string(p) + "] the cached refusal says why", msg);
+  w.msg(w.last()).flags |= kRankJoined;
+  Desc h = g;
+  h.name = "h";
+  for (int r = 0; r < p - 1; ++r) w.msg(r).add_new() = h;
+  w.expect_round("new CUDA allreduce, the last rank joined", "ERROR(" +
+                 std::to_string(static_cast<int>(ErrorKind::INVALID_ARGUMENT)) + ") h");
+}
+
 void test_expiry(int p) {
   World w(p);
   Desc t = make_desc("t", OpType::ALLREDUCE, 1024);
@@ -274,8 +306,9 @@ void test_coordinator_waits(int p) {
   bool done = false;
   for (int sweep = 0; sweep < 8 && !done; ++sweep) done = ranks[0]->round.step(false, deadline);
   for (int r = 1; r < p; ++r) {
+    ControlRound& round = ranks[static_cast<size_t>(r)]->round;
     bool worker = false;
-    for (int sweep = 0; sweep < 8 && !worker; ++sweep) worker = ranks[static_cast<size_t>(r)]->round.step(false, deadline);
+    for (int sweep = 0; sweep < 8 && !worker; ++sweep) worker = round.step(false, deadline);
     done = done && worker;
   }
   expect(done, "[p=" + std::to_string(p) + "] once they have, every round completes");
@@ -289,6 +322,7 @@ int main() {
     test_readiness_and_cache(p);
     test_inline(p);
     test_join(p);
+    test_gpu_refusals(p);
     test_expiry(p);
     test_long_messages(p);
     test_coordinator_waits(p);

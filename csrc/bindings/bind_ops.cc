@@ -139,9 +139,9 @@ void register_ops(py::module_& m) {
             r.stream = stream;
             r.group = group;
             r.group_size = group_size;
-            r.sumsq_in = reinterpret_cast<double*>(sumsq_in);
-            r.sumsq_out = reinterpret_cast<double*>(sumsq_out);
-            r.fill_from = reinterpret_cast<const double*>(fill_from);
+            r.norm_tap.sumsq_in = reinterpret_cast<double*>(sumsq_in);
+            r.norm_tap.sumsq_out = reinterpret_cast<double*>(sumsq_out);
+            r.norm_tap.fill_from = reinterpret_cast<const double*>(fill_from);
             return e.enqueue(std::move(r), timeout_s);
           },
           py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input_ptr"),

@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "common/logging.h"
-#include "engine/inline_reduce.h"
 
 namespace phv {
 
@@ -109,121 +108,6 @@ void Coordinator::take_new(const std::vector<RankMessage>& msgs, Clock::time_poi
       timeline_.mark(key, "rank " + std::to_string(r) + " ready", now);
     }
   }
-}
-
-bool Coordinator::expiring(const Key& key) const {
-  for (const Expiry* x : expiries_) {
-    if (x->key == key) return true;
-  }
-  return false;
-}
-
-void Coordinator::take_bits(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out) {
-  size_t words = 0;
-  for (const RankMessage& m : msgs) words = std::max(words, m.bits.size());
-  or_bits_.assign(words, 0);
-  for (const RankMessage& m : msgs) {
-    for (size_t w = 0; w < m.bits.size(); ++w) or_bits_[w] |= m.bits[w];
-  }
-  bool tl = timeline_.active();
-  for (size_t w = 0; w < words; ++w) {
-    for (uint64_t word = or_bits_[w]; word != 0; word &= word - 1) {
-      int pos = static_cast<int>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
-      if (!cache_.valid(pos)) continue;
-      const CacheEntry& ce = cache_.entry(pos);
-      const Desc& d = ce.desc;
-      if (!expiries_.empty() && expiring(d.key())) continue;
-      ProcessSet* ps = sets_.get(d.set);
-      if (ps == nullptr) continue;
-      const std::vector<int>& members = ps->comm.members;
-      if (!table_.empty()) {
-        auto it = table_.find(d.key());
-        if (it != table_.end()) {
-          // Some rank reported this key by descriptor: fold the bit holders in and let the table decide.
-          for (size_t i = 0; i < members.size(); ++i) {
-            int m = members[i];
-            if (!msgs[static_cast<size_t>(m)].bit(pos)) continue;
-            Desc& mine = it->second.descs[static_cast<size_t>(m)];
-            mine = d;
-            if (d.kind == static_cast<uint8_t>(OpType::ALLGATHER)) mine.shape[0] = ce.dim0s[i];
-            it->second.have[static_cast<size_t>(m)] = 1;
-          }
-          continue;
-        }
-      }
-      bool all = true;
-      bool joined_missing = false;
-      for (int m : members) {
-        if (msgs[static_cast<size_t>(m)].bit(pos)) continue;
-        if (joined_[static_cast<size_t>(m)]) {
-          joined_missing = true;
-          continue;
-        }
-        all = false;
-        break;
-      }
-      auto p = partial_.find(pos);
-      bool fresh = p == partial_.end() || p->second.generation != ce.generation;
-      if (all) {
-        if (tl) {
-          Key key = d.key();
-          if (fresh) timeline_.begin(key, span_name("NEGOTIATE_", d.kind), now);
-          for (int m : members) {
-            bool marked = !fresh && p->second.marked[static_cast<size_t>(m)];
-            if (msgs[static_cast<size_t>(m)].bit(pos) && !marked) {
-              timeline_.mark(key, "rank " + std::to_string(m) + " ready", now);
-            }
-          }
-          timeline_.end(key, span_name("NEGOTIATE_", d.kind), now);
-        }
-        if (p != partial_.end()) partial_.erase(p);
-        if (joined_missing && d.kind != kAllreduce) {
-          add_error(out, d.key(), d.kind, ErrorKind::INTERNAL,
-                    label(d.kind, d.key()) + " cannot run while ranks " +
-                        ranks_str(joined_missing_members(members)) + " have joined: only allreduce supports join");
-        } else if (joined_missing && d.device >= 0) {  // as in verdict(): no device identity fill
-          add_error(out, d.key(), d.kind, ErrorKind::INVALID_ARGUMENT,
-                    label(d.kind, d.key()) + ": CUDA tensors cannot be reduced while ranks have joined");
-        } else {
-          ResponseItem& item = out.add();
-          item.type = ItemType::CACHED;
-          item.pos = pos;
-          if (inline_eligible(d) && reduce_inline(msgs, pos, d, members, joined_, item.data)) {
-            item.type = ItemType::INLINE;
-          }
-        }
-        continue;
-      }
-      // Not ready yet: remember since when (stall inspector) and who is ready (timeline marks).
-      Partial& part = partial_[pos];
-      if (fresh) {
-        part.generation = ce.generation;
-        part.first_seen = now;
-        part.marked.assign(static_cast<size_t>(world_), 0);
-        if (tl) timeline_.begin(d.key(), span_name("NEGOTIATE_", d.kind), now);
-      }
-      for (int m : members) {
-        if (msgs[static_cast<size_t>(m)].bit(pos) && !part.marked[static_cast<size_t>(m)]) {
-          part.marked[static_cast<size_t>(m)] = 1;
-          if (tl) timeline_.mark(d.key(), "rank " + std::to_string(m) + " ready", now);
-        }
-      }
-    }
-  }
-  // Positions nobody reports any more (resolved through the table, expired, evicted) stop being partial.
-  for (auto it = partial_.begin(); it != partial_.end();) {
-    size_t w = static_cast<size_t>(it->first) / 64;
-    bool set = w < or_bits_.size() && ((or_bits_[w] >> (it->first % 64)) & 1u);
-    it = set ? std::next(it) : partial_.erase(it);
-  }
-}
-
-std::vector<int> Coordinator::joined_missing_members(const std::vector<int>& members) const {
-  std::vector<int> out;
-  for (int m : members) {
-    if (joined_[static_cast<size_t>(m)]) out.push_back(m);
-  }
-  return out;
 }
 
 void Coordinator::take_expiries(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out) {
@@ -339,29 +223,12 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
     if (!msg.empty()) break;
   }
   ErrorKind kind = ErrorKind::INTERNAL;
-  if (msg.empty() && a.kind != kAllreduce) {
-    std::vector<int> absent;
+  if (msg.empty()) {
+    std::vector<int> absent;  // ready, so these members have joined
     for (int m : members) {
       if (!e.have[static_cast<size_t>(m)]) absent.push_back(m);
     }
-    if (!absent.empty()) {
-      msg = label(a.kind, key) + " cannot run while ranks " + ranks_str(absent) +
-            " have joined: only allreduce supports join";
-    }
-  }
-  if (msg.empty() && a.device >= 0) {
-    // Refused per request (the engine keeps working). enqueue() already refuses CUDA tensors in builds
-    // without NCCL (the stub's error); this is the same answer should one get here anyway. Joined ranks
-    // would have to contribute a reduction identity in device memory, which the GPU path does not do.
-    bool joined = false;
-    for (int m : members) joined = joined || !e.have[static_cast<size_t>(m)];
-    if (!gpu_built_) {
-      kind = ErrorKind::INVALID_ARGUMENT;
-      msg = "pyhorovod was built without the GPU backend (NCCL), so CUDA tensors are not supported";
-    } else if (joined) {
-      kind = ErrorKind::INVALID_ARGUMENT;
-      msg = label(a.kind, key) + ": CUDA tensors cannot be reduced while ranks have joined";
-    }
+    msg = refusal(a, key, absent, kind);
   }
   if (!msg.empty()) {
     add_error(out, key, a.kind, kind, msg);
@@ -373,6 +240,22 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
   if (a.kind == static_cast<uint8_t>(OpType::ALLGATHER)) {
     for (int m : members) item.dim0s.push_back(e.descs[static_cast<size_t>(m)].shape[0]);
   }
+}
+
+std::string Coordinator::refusal(const Desc& d, const Key& key, const std::vector<int>& joined, ErrorKind& kind) const {
+  if (!joined.empty() && d.kind != kAllreduce) {
+    kind = ErrorKind::INTERNAL;
+    return label(d.kind, key) + " cannot run while ranks " + ranks_str(joined) +
+           " have joined: only allreduce supports join";
+  }
+  if (d.device < 0) return std::string();
+  // Refused per request (the engine keeps working). enqueue() already refuses CUDA tensors in builds
+  // without NCCL (the stub's error); this is the same answer should one get here anyway. Joined ranks
+  // would have to contribute a reduction identity in device memory, which the GPU path does not do.
+  kind = ErrorKind::INVALID_ARGUMENT;
+  if (!gpu_built_) return "pyhorovod was built without the GPU backend (NCCL), so CUDA tensors are not supported";
+  if (!joined.empty()) return label(d.kind, key) + ": CUDA tensors cannot be reduced while ranks have joined";
+  return std::string();
 }
 
 void Coordinator::add_error(ResponseList& out, const Key& key, DescKind kind, ErrorKind err, const std::string& msg) {

@@ -59,8 +59,22 @@ class Coordinator {
   void check_stalls(const std::vector<RankMessage>& msgs, Clock::time_point now, ResponseList& out);
   void verdict(const Key& key, TableEntry& e, const std::vector<int>& members, ResponseList& out);
   void add_error(ResponseList& out, const Key& key, DescKind kind, ErrorKind err, const std::string& msg);
-  std::vector<int> joined_missing_members(const std::vector<int>& members) const;
+  // negotiation_bits.cc: the requests named by cache bit.
+  bool fold_into_table(int pos, const CacheEntry& ce, const std::vector<int>& members,
+                       const std::vector<RankMessage>& msgs);
+  bool bits_ready(int pos, const std::vector<int>& members, const std::vector<RankMessage>& msgs,
+                  bool& joined_missing) const;
+  void track_partial(int pos, const CacheEntry& ce, const std::vector<int>& members,
+                     const std::vector<RankMessage>& msgs, Clock::time_point now);
+  void close_partial(int pos, const CacheEntry& ce, const std::vector<int>& members,
+                     const std::vector<RankMessage>& msgs, Clock::time_point now);
+  void answer_cached(int pos, const Desc& d, const std::vector<int>& members, const std::vector<RankMessage>& msgs,
+                     bool joined_missing, ResponseList& out);
+  std::vector<int> joined_members(const std::vector<int>& members) const;
   bool expiring(const Key& key) const;
+  // Why a ready request cannot run ("" when it can; kind: the error's kind): a non-allreduce while
+  // members have joined, or a CUDA tensor without the GPU backend or with joined members.
+  std::string refusal(const Desc& d, const Key& key, const std::vector<int>& joined, ErrorKind& kind) const;
   // negotiation_explain.cc: the names `rank` has pending, and the timeout text's explanation.
   std::vector<std::string> pending_names(int rank, const std::vector<RankMessage>& msgs) const;
   std::string explain_missing(const Key& key, const std::vector<int>& missing,

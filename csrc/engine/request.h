@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "common/norm_tap.h"
 #include "common/types.h"
 
 namespace phv {
@@ -28,17 +29,7 @@ struct Request {
                                     // default); the GPU backend orders the collective after it
   int64_t group = 0;                // grouped allreduce: requests with the same nonzero group run as one unit
   int64_t group_size = 0;           // number of requests in that group
-  // Squared-norm taps of the noise-scale measurement (pyhorovod/torch/noise_tap.py); host float32/float64
-  // allreduce only. The engine adds sum(input[i]^2) to *sumsq_in when the request is enqueued (on the
-  // caller's thread, before the collective can overwrite an in-place input) and sum(output[i]^2) to
-  // *sumsq_out once the reduced result is written (on the thread that ran the round). The caller reads
-  // *sumsq_out only after the request completed. This saves the optimizer's hooks a norm call each.
-  double* sumsq_in = nullptr;
-  double* sumsq_out = nullptr;
-  // The noise-scale tap's own allreduce of those sums (in place, host float32/float64): when set, the
-  // engine writes input[i] = fill_from[i] as the request is enqueued. Enqueued right after the step's
-  // last gradient, it then carries every sum in the same round, with no Python step in between.
-  const double* fill_from = nullptr;
+  NormTap norm_tap;                 // the noise-scale measurement's hook (common/norm_tap.h)
 };
 
 struct Result {

@@ -52,12 +52,12 @@ Desc validate_request(const Request& req, int set_size) {
                     "move the tensor to the CPU");
     }
   }
-  if (req.sumsq_in != nullptr || req.sumsq_out != nullptr) {
+  if (req.norm_tap.measures()) {
     PHV_CHECK_ARG(req.type == OpType::ALLREDUCE && req.device < 0 &&
                       (req.dtype == DataType::FLOAT32 || req.dtype == DataType::FLOAT64),
                   WHAT, ": squared-norm taps (sumsq_in/sumsq_out) need a host float32 or float64 allreduce");
   }
-  if (req.fill_from != nullptr) {
+  if (req.norm_tap.fill_from != nullptr) {
     PHV_CHECK_ARG(req.type == OpType::ALLREDUCE && req.device < 0 && req.input == req.output &&
                       (req.dtype == DataType::FLOAT32 || req.dtype == DataType::FLOAT64),
                   WHAT, ": fill_from needs an in-place host float32 or float64 allreduce");

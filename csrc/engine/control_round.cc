@@ -1,0 +1,119 @@
+#include "engine/control_round.h"
+
+#include "engine/fusion.h"
+
+namespace phv {
+
+ControlRound::ControlRound(Transport& transport, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
+                           const EngineOptions& options, bool gpu_built)
+    : transport_(transport), cache_(cache), rank_(transport.rank()), size_(transport.size()) {
+  if (rank_ == 0) {
+    coordinator_ = std::make_unique<Coordinator>(size_, sets, cache, timeline, options, gpu_built);
+    msgs_.resize(static_cast<size_t>(size_));
+    slots_.assign(static_cast<size_t>(size_), std::vector<uint8_t>(kSlotBytes));
+  }
+  resp_buf_.resize(kSlotBytes);
+}
+
+void ControlRound::set_fusion_threshold(int64_t bytes) {
+  if (coordinator_) coordinator_->set_fusion_threshold(bytes);
+}
+
+const ResponseList& ControlRound::run(const RankMessage& msg, Deadline deadline) {
+  begin(msg);
+  while (!step(true, deadline)) {
+  }
+  return resp_;
+}
+
+void ControlRound::begin(const RankMessage& msg) {
+  encode_rank_message(msg, send_buf_);
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) transport_.post_recv(r, slots_[static_cast<size_t>(r)].data(), kSlotBytes);
+    stage_ = Stage::GATHER_HEADS;
+    return;
+  }
+  transport_.post_send(0, send_buf_.data(), kSlotBytes);
+  if (send_buf_.size() > kSlotBytes) {
+    transport_.post_send(0, send_buf_.data() + kSlotBytes, send_buf_.size() - kSlotBytes);
+  }
+  if (resp_buf_.size() < kSlotBytes) resp_buf_.resize(kSlotBytes);
+  transport_.post_recv(0, resp_buf_.data(), kSlotBytes);
+  stage_ = Stage::REPLY_HEAD;
+}
+
+bool ControlRound::step(bool block, Deadline deadline) {
+  if (stage_ == Stage::DONE || stage_ == Stage::IDLE) return stage_ == Stage::DONE;
+  if (transport_.pending() > 0) {
+    if (!block) return false;
+    drive(deadline);
+  }
+  switch (stage_) {
+    case Stage::GATHER_HEADS:
+      gather_tails();
+      return false;
+    case Stage::GATHER_TAILS:
+      decide_and_broadcast();
+      return false;
+    case Stage::REPLY_HEAD:
+      if (receive_reply_tail()) return false;
+      [[fallthrough]];
+    case Stage::REPLY_TAIL:
+      decode_response_list(resp_buf_.data(), announced_length(resp_buf_.data()), resp_);
+      resolve_items(resp_, cache_);
+      stage_ = Stage::DONE;
+      return true;
+    case Stage::BROADCAST:
+      stage_ = Stage::DONE;
+      return true;
+    default:
+      return stage_ == Stage::DONE;
+  }
+}
+
+void ControlRound::drive(Deadline deadline) {
+  while (transport_.pending() > 0) {
+    completed_.clear();
+    transport_.progress(completed_, deadline);
+  }
+}
+
+void ControlRound::gather_tails() {
+  for (int r = 1; r < size_; ++r) {
+    std::vector<uint8_t>& slot = slots_[static_cast<size_t>(r)];
+    size_t len = announced_length(slot.data());
+    if (len > kSlotBytes) {
+      slot.resize(len);
+      transport_.post_recv(r, slot.data() + kSlotBytes, len - kSlotBytes);
+    }
+  }
+  stage_ = Stage::GATHER_TAILS;
+}
+
+void ControlRound::decide_and_broadcast() {
+  decode_rank_message(send_buf_.data(), announced_length(send_buf_.data()), msgs_[0]);
+  for (int r = 1; r < size_; ++r) {
+    const std::vector<uint8_t>& slot = slots_[static_cast<size_t>(r)];
+    decode_rank_message(slot.data(), announced_length(slot.data()), msgs_[static_cast<size_t>(r)]);
+  }
+  coordinator_->decide(msgs_, resp_);
+  encode_response_list(resp_, resp_buf_);
+  for (int r = 1; r < size_; ++r) {
+    transport_.post_send(r, resp_buf_.data(), kSlotBytes);
+    if (resp_buf_.size() > kSlotBytes) {
+      transport_.post_send(r, resp_buf_.data() + kSlotBytes, resp_buf_.size() - kSlotBytes);
+    }
+  }
+  stage_ = Stage::BROADCAST;
+}
+
+bool ControlRound::receive_reply_tail() {
+  size_t len = announced_length(resp_buf_.data());
+  if (len <= kSlotBytes) return false;
+  resp_buf_.resize(len);
+  transport_.post_recv(0, resp_buf_.data() + kSlotBytes, len - kSlotBytes);
+  stage_ = Stage::REPLY_TAIL;
+  return true;
+}
+
+}  // namespace phv

@@ -1,0 +1,71 @@
+// One negotiation round on this rank: this rank's RankMessage goes to the coordinator (global rank 0),
+// which gathers every rank's message, decides, and broadcasts the one ResponseList every rank executes.
+//
+// The round owns what only the exchange needs: the coordinator (rank 0 only), the receive slots and the
+// encode/decode buffers. It keeps nothing about requests between rounds (the coordinator does, rank 0).
+//
+// run() is the engine's entry: it blocks in the transport until the round is complete. The same round
+// is also a small state machine (begin, then step until it says done) so that a test can drive every
+// rank of an in-memory world from one thread, each step posting only what the previous one allows.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+#include "engine/messages.h"
+#include "engine/negotiation.h"
+#include "transport/transport.h"
+
+namespace phv {
+
+class ControlRound {
+ public:
+  // sets, cache and timeline are the engine's agreed state: the coordinator reads them, and a worker
+  // resolves the list's cached items against its cache. All must outlive the round.
+  ControlRound(Transport& transport, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
+               const EngineOptions& options, bool gpu_built);
+
+  // Exchanges `msg` and returns the agreed list (valid until the next round). Throws the transport's
+  // HvdError when a peer fails or the deadline passes; the byte streams are then unusable.
+  const ResponseList& run(const RankMessage& msg, Deadline deadline);
+
+  // The same round in steps: begin() posts the first transfers; step() returns false while transfers
+  // are in flight (block: wait for them until the deadline instead) and true once response() is final.
+  void begin(const RankMessage& msg);
+  bool step(bool block, Deadline deadline);
+  const ResponseList& response() const { return resp_; }
+
+  // Autotune, between rounds: the fusion threshold the coordinator plans with from now on.
+  void set_fusion_threshold(int64_t bytes);
+
+ private:
+  // Where the round stands: what its posted transfers are, so what follows once they complete.
+  enum class Stage : uint8_t {
+    IDLE,
+    GATHER_HEADS,  // coordinator: receiving every worker's first slot
+    GATHER_TAILS,  // coordinator: receiving the rest of the longer messages
+    BROADCAST,     // coordinator: sending the list to every worker
+    REPLY_HEAD,    // worker: message sent, receiving the list's first slot
+    REPLY_TAIL,    // worker: receiving the rest of a longer list
+    DONE,
+  };
+
+  void drive(Deadline deadline);
+  void gather_tails();
+  void decide_and_broadcast();
+  bool receive_reply_tail();
+
+  Transport& transport_;
+  ResponseCache& cache_;
+  int rank_;
+  int size_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  Stage stage_ = Stage::IDLE;
+  std::vector<RankMessage> msgs_;            // coordinator: every rank's message
+  std::vector<std::vector<uint8_t>> slots_;  // coordinator: receive buffers per rank
+  std::vector<uint8_t> send_buf_;
+  std::vector<uint8_t> resp_buf_;
+  ResponseList resp_;
+  std::vector<RequestId> completed_;
+};
+
+}  // namespace phv

@@ -21,13 +21,18 @@ def check_splits(splits, rows: int, n: int) -> List[int]:
         values = [operator.index(s) for s in np.asarray(splits).ravel().tolist()]
     except TypeError:
         raise ValueError(f"alltoall: splits must be integers, got {splits!r}") from None
+    check_split_values(values, rows, n)
+    return values
+
+
+def check_split_values(values: List[int], rows: int, n: int) -> None:
+    """Integer splits of `rows` rows among a set of n ranks: one per rank, none negative, adding up."""
     if len(values) != n:
         raise ValueError(f"alltoall: {len(values)} splits given for a process set of size {n}")
     if any(v < 0 for v in values):
         raise ValueError(f"alltoall: splits must be non-negative, got {values}")
     if sum(values) != rows:
         raise ValueError(f"alltoall: splits add up to {sum(values)} but the first dimension is {rows}")
-    return values
 
 
 def reducescatter_shape(shape, set_ranks, me: int):

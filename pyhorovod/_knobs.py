@@ -9,10 +9,10 @@ Knobs without a `field` are parsed where they are used (`reader`), because their
 larger decision: the rank variables (pyhorovod/_bootstrap.py tries several launchers' names in turn), the
 store address and the secret (pyhorovod/_rendezvous.py), the launcher's and the noise-scale tap's own.
 
-Not declared here, on purpose:
-- variables one pyhorovod process sets for another, never by a user: PYHOROVOD_SECRET_FILE_ONCE,
-  PYHOROVOD_ELASTIC, PYHOROVOD_WORKER_ID, PYHOROVOD_AUTOSCALE_* (the launcher's --autoscale flags become
-  them), HOROVOD_FUNC_STORE / HOROVOD_FUNC_SECRET (the function launcher's hand-over);
+Not declared here, on purpose (NOT_KNOBS below gives each one's reason):
+- variables one pyhorovod process sets for another, never a user: the secret file's one-shot flag, the
+  elastic worker's markers, the autoscaler's settings (the launcher's --autoscale flags become them) and
+  the function launcher's hand-over;
 - the variables of other launchers that pyhorovod only recognises (RANK, WORLD_SIZE, OMPI_COMM_WORLD_*,
   PMI_*, SLURM_*, MASTER_ADDR, TORCHELASTIC_RUN_ID): their owners document them;
 - Horovod's variables that have no effect here: pyhorovod/_inert_env.py lists those, with the reason.
@@ -231,6 +231,22 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("PYHOROVOD_WITH_NCCL", "str", "AUTO", "build time (pip / CMake): AUTO builds the GPU backend when nvcc "
          "and NCCL are found, ON requires them, OFF skips", reader="setup.py, CMakeLists.txt"),
 )
+
+_INTERNAL = "set by pyhorovod's launcher for the processes it starts"
+NOT_KNOBS: Mapping[str, str] = {
+    "PYHOROVOD_SECRET_FILE_ONCE": _INTERNAL + ": the secret file is deleted once read",
+    "PYHOROVOD_ELASTIC": _INTERNAL + ": this worker belongs to an elastic job",
+    "PYHOROVOD_WORKER_ID": _INTERNAL + ": the elastic worker's identity across generations",
+    "PYHOROVOD_AUTOSCALE": _INTERNAL + " from --autoscale",
+    "PYHOROVOD_AUTOSCALE_MIN_NP": _INTERNAL + " from --min-np",
+    "PYHOROVOD_AUTOSCALE_MAX_NP": _INTERNAL + " from --max-np",
+    "PYHOROVOD_AUTOSCALE_EVERY": _INTERNAL + " from --autoscale-every",
+    "PYHOROVOD_AUTOSCALE_MARGIN": _INTERNAL + " from --autoscale-margin",
+    "PYHOROVOD_AUTOSCALE_HOSTS": _INTERNAL + " from the --autoscale flags",
+    "PYHOROVOD_AUTOSCALE_TRACE": _INTERNAL + " from --autoscale-trace",
+    "PYHOROVOD_FUNC_STORE": _INTERNAL + ": where a launched function's result goes",
+    "PYHOROVOD_FUNC_SECRET": _INTERNAL + ": the secret of that store",
+}
 
 BY_NAME: Mapping[str, Knob] = {k.name: k for k in KNOBS}
 CONFIG_KNOBS: Tuple[Knob, ...] = tuple(k for k in KNOBS if k.field)

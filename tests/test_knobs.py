@@ -74,3 +74,30 @@ def test_tristate_and_timeline():
                          "HOROVOD_TIMELINE": "dynamic"})
     assert (c.hierarchical_allreduce, c.hierarchical_allgather, c.timeline_path) == (1, 0, "")
     assert Config().hierarchical_allreduce == -1
+
+
+def _names_in_the_source():
+    """Every string constant under pyhorovod/ that looks like one of our or Horovod's variables."""
+    import ast
+    import re
+    pattern = re.compile(r"^(PYHOROVOD|HOROVOD)_[A-Z0-9_]+$")
+    found = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, "pyhorovod")):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value):
+                        found.setdefault(node.value, os.path.relpath(path, ROOT))
+    return found
+
+
+def test_every_variable_in_the_source_is_declared():
+    """A new variable read anywhere needs its row in pyhorovod/_knobs.py (or a reason in NOT_KNOBS, or a
+    line in pyhorovod/_inert_env.py when it is Horovod's and does nothing here)."""
+    from pyhorovod import _inert_env
+    declared = {n for k in _knobs.KNOBS for n in k.names}
+    missing = {n: where for n, where in _names_in_the_source().items()
+               if n not in declared and n not in _knobs.NOT_KNOBS and _inert_env.reason(n) is None}
+    assert not missing, f"environment variables not declared in pyhorovod/_knobs.py: {missing}"
+    assert not declared & set(_knobs.NOT_KNOBS)

@@ -211,10 +211,10 @@ KNOBS: Tuple[Knob, ...] = (
          "rendezvous (`--start-timeout`)", reader=_LAUNCHER),
     Knob("HOROVOD_ELASTIC_TIMEOUT", "float", 600.0, "elastic `pyhorovod run`: seconds the job may have fewer "
          "than `--min-np` workers (`--elastic-timeout`); a worker's wait for its place in a generation",
-         reader=_LAUNCHER),
+         minimum=0.0, reader=_LAUNCHER),
     Knob("PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS", "float", 60.0, "elastic `pyhorovod run`: once one worker "
          "asks for the next generation, seconds the others have to follow before they are stopped and their "
-         "hosts blacklisted", reader=_LAUNCHER),
+         "hosts blacklisted", minimum=0.001, reader=_LAUNCHER),
     Knob("PYHOROVOD_KILL_GRACE_SECONDS", "float", None, "`pyhorovod run`: seconds between SIGTERM and SIGKILL "
          "when stopping ranks", minimum=0.0, reader=_LAUNCHER),
     Knob("PYHOROVOD_RSH_AGENT", "str", "ssh", "`pyhorovod run`: command that starts remote ranks "

@@ -16,7 +16,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pyhorovod import _core, basics
-from pyhorovod.errors import HorovodInternalError, translate
+from pyhorovod.errors import HorovodInternalError, raise_translated, translate
 
 # Reduction ops, as in horovod (module constants pyhorovod.Sum, ...). Adasum (csrc/common/adasum.h) is
 # for float tensors on the host, in allreduce and grouped allreduce only.
@@ -206,10 +206,7 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
         if handles:
             with _lock:
                 _orphans.append(_Entry(handles, keepalive, finalize))
-        mapped = translate(e)
-        if mapped is e:
-            raise
-        raise mapped from e
+        raise_translated(e)
     handle = next(_next_handle)
     with _lock:
         _handles[handle] = _Entry(handles, keepalive, finalize)
@@ -362,10 +359,7 @@ def poll(handle: int) -> bool:
     try:
         return all(engine.poll(h) for h in entry.engine_handles)
     except Exception as e:
-        mapped = translate(e)
-        if mapped is e:
-            raise
-        raise mapped from e
+        raise_translated(e)
 
 
 def synchronize(handle: int) -> Any:

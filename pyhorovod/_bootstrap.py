@@ -27,7 +27,7 @@ import re
 import socket
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from pyhorovod._config import get_int, get_str
+from pyhorovod._env_values import get_int, get_str
 
 log = logging.getLogger("pyhorovod")
 

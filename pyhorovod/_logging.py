@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 
-from pyhorovod._config import LOG_LEVELS
+from pyhorovod._knobs import LOG_LEVELS
 
 ROOT = "pyhorovod"
 TRACE = 5  # HOROVOD_LOG_LEVEL=trace: below DEBUG; not registered globally (a library leaves logging's names alone)
@@ -36,13 +36,17 @@ assert set(_PYTHON_LEVEL) == set(LOG_LEVELS)
 _CORE_NAME = {TRACE: "TRACE", logging.CRITICAL: "FATAL"}  # the core's names where Python's differ
 
 
+# This process's rank, as pyhorovod.basics knows it (ValueError before init()). basics sets it at import:
+# the lines name the rank without this module importing the layer that uses it.
+rank_source = None
+
+
 class CoreFormatter(logging.Formatter):
     """"[pyhorovod rank N LEVEL] text", the core's format (csrc/common/logging.cc); no rank before init."""
 
     def format(self, record):
-        from pyhorovod import basics
         try:
-            where = f"rank {basics.rank()} "
+            where = f"rank {rank_source()} " if rank_source is not None else ""
         except ValueError:  # not initialized
             where = ""
         level = _CORE_NAME.get(record.levelno, record.levelname)

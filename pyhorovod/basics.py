@@ -360,3 +360,7 @@ def rank_source() -> str:
         ``"single"`` (no launcher: a job of one process). pyhorovod's own addition.
     """
     return _info().source
+
+
+# Log lines name this rank; looked up per line, so that a replaced basics.rank is seen too.
+_logging.rank_source = lambda: rank()

@@ -43,6 +43,11 @@ def _core_classes():
     return _core
 
 
+# The one mapping from the core's classes (one per C++ ErrorKind, declared in csrc/bindings/bind_runtime.cc)
+# to ours, most specific first; any other CoreError is a HorovodInternalError.
+_BY_CORE_CLASS = (("InvalidArgumentError", ValueError), ("TimeoutError_", HorovodTimeoutError))
+
+
 def translate(exc):
     """Returns the pyhorovod exception for `exc` (a _core.CoreError), or `exc` itself if it is not one."""
     try:
@@ -51,12 +56,19 @@ def translate(exc):
         return exc
     if not isinstance(exc, core.CoreError):
         return exc
-    message = str(exc)
-    if isinstance(exc, core.InvalidArgumentError):
-        return ValueError(message)
-    if isinstance(exc, core.TimeoutError_):
-        return HorovodTimeoutError(message)
-    return HorovodInternalError(message)
+    for core_name, ours in _BY_CORE_CLASS:
+        if isinstance(exc, getattr(core, core_name)):
+            return ours(str(exc))
+    return HorovodInternalError(str(exc))
+
+
+def raise_translated(exc):
+    """Raises the pyhorovod exception for `exc` (with `exc` as its __cause__), or `exc` itself if it has
+    none: for except blocks that do their own bookkeeping before the error leaves."""
+    mapped = translate(exc)
+    if mapped is exc:
+        raise exc
+    raise mapped from exc
 
 
 class translated:

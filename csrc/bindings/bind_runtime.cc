@@ -22,18 +22,47 @@ void register_communicator(py::module_& m);  // bind_communicator.cc
 
 namespace {
 
-// Exception classes by ErrorKind. Leaked on purpose: they live as long as the interpreter, and
-// destroying them at exit after Python finalised would crash.
-PyObject* g_error_class[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
-const char* kKindNames[6] = {"INTERNAL", "INVALID_ARGUMENT", "TIMEOUT", "PEER_LOST", "SHUTDOWN", "INTERRUPTED"};
+// The one translator of core errors: an HvdError becomes the _core class of its ErrorKind, declared
+// below one row per kind, with `.kind` naming it. pyhorovod/errors.py maps these classes to the public
+// ones (ValueError, HorovodTimeoutError, HorovodInternalError).
+struct ErrorClass {
+  ErrorKind kind;
+  const char* kind_name;
+  const char* class_name;
+  bool under_internal;  // derives from InternalError (a failed collective), else straight from CoreError
+  const char* doc;
+};
+
+constexpr ErrorClass kErrorClasses[] = {
+    {ErrorKind::INTERNAL, "INTERNAL", "InternalError", false, "A collective or the bootstrap failed."},
+    {ErrorKind::INVALID_ARGUMENT, "INVALID_ARGUMENT", "InvalidArgumentError", false,
+     "Bad arguments, detected before any communication (-> ValueError)."},
+    {ErrorKind::TIMEOUT, "TIMEOUT", "TimeoutError_", true, "A deadline passed."},
+    {ErrorKind::PEER_LOST, "PEER_LOST", "PeerLostError", true, "A peer's connection closed or failed."},
+    {ErrorKind::SHUTDOWN, "SHUTDOWN", "ShutdownError", true, "The communicator or engine has been shut down."},
+    {ErrorKind::INTERRUPTED, "INTERRUPTED", "InterruptedError_", true,
+     "The engine stopped because a waiting call was interrupted (a signal handler raised)."},
+};
+constexpr int kKinds = sizeof(kErrorClasses) / sizeof(kErrorClasses[0]);
+static_assert(kErrorClasses[0].kind == ErrorKind::INTERNAL, "row 0 is the fallback and the others' base");
+
+// The classes by ErrorKind. Leaked on purpose: they live as long as the interpreter, and destroying them
+// at exit after Python finalised would crash.
+PyObject* g_error_class[kKinds] = {};
+
+const ErrorClass& row_of(ErrorKind kind) {
+  for (const ErrorClass& row : kErrorClasses) {
+    if (row.kind == kind) return row;
+  }
+  return kErrorClasses[0];  // an unknown kind is an internal error
+}
 
 void raise_core_error(ErrorKind kind, const char* what) {
-  int k = static_cast<int>(kind);
-  if (k < 0 || k > 5) k = 0;
-  PyObject* cls = g_error_class[k];
+  const ErrorClass& row = row_of(kind);
+  PyObject* cls = g_error_class[&row - kErrorClasses];
   PyObject* exc = PyObject_CallFunction(cls, "s", what);
   if (exc == nullptr) return;  // the call set an error already
-  PyObject* name = PyUnicode_FromString(kKindNames[k]);
+  PyObject* name = PyUnicode_FromString(row.kind_name);
   PyObject_SetAttrString(exc, "kind", name);
   Py_XDECREF(name);
   PyErr_SetObject(cls, exc);
@@ -52,20 +81,14 @@ PyObject* new_class(py::module_& m, const char* name, PyObject* base, const char
 void register_errors(py::module_& m) {
   PyObject* core = new_class(m, "CoreError", PyExc_RuntimeError, "INTERNAL",
                              "Base of every error raised by the C++ core; .kind names the ErrorKind.");
-  PyObject* invalid = new_class(m, "InvalidArgumentError", core, "INVALID_ARGUMENT",
-                                "Bad arguments, detected before any communication (-> ValueError).");
-  PyObject* internal = new_class(m, "InternalError", core, "INTERNAL", "A collective or the bootstrap failed.");
-  g_error_class[int(ErrorKind::INTERNAL)] = internal;
-  g_error_class[int(ErrorKind::INVALID_ARGUMENT)] = invalid;
-  g_error_class[int(ErrorKind::TIMEOUT)] =
-      new_class(m, "TimeoutError_", internal, "TIMEOUT", "A deadline passed.");
-  g_error_class[int(ErrorKind::PEER_LOST)] =
-      new_class(m, "PeerLostError", internal, "PEER_LOST", "A peer's connection closed or failed.");
-  g_error_class[int(ErrorKind::SHUTDOWN)] =
-      new_class(m, "ShutdownError", internal, "SHUTDOWN", "The communicator or engine has been shut down.");
-  g_error_class[int(ErrorKind::INTERRUPTED)] = new_class(
-      m, "InterruptedError_", internal, "INTERRUPTED",
-      "The engine stopped because a waiting call was interrupted (a signal handler raised).");
+  // Rows in declaration order, so that InternalError (row 0) exists before the classes under it.
+  PyObject* internal = nullptr;
+  for (int i = 0; i < kKinds; ++i) {
+    const ErrorClass& row = kErrorClasses[i];
+    PyObject* base = row.under_internal ? internal : core;
+    g_error_class[i] = new_class(m, row.class_name, base, row.kind_name, row.doc);
+    if (row.kind == ErrorKind::INTERNAL) internal = g_error_class[i];
+  }
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

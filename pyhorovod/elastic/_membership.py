@@ -31,11 +31,13 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
+from pyhorovod._knobs import BY_NAME as KNOBS
+
 PREFIX = "pyhvd/elastic/"
 ELASTIC_ENV = "PYHOROVOD_ELASTIC"        # "1" in every worker an elastic driver starts
 WORKER_ID_ENV = "PYHOROVOD_WORKER_ID"    # the worker's id, unique within the job
 TIMEOUT_ENV = "HOROVOD_ELASTIC_TIMEOUT"  # seconds a worker waits for its place (the driver's --elastic-timeout)
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = KNOBS[TIMEOUT_ENV].default
 _POLL_S = 1.0   # the wait for a place is cut in slices this long, so that signals (Ctrl-C) get through
 
 
@@ -93,9 +95,8 @@ def worker_id(env: Optional[Mapping[str, str]] = None) -> str:
 
 
 def wait_timeout_s(env: Optional[Mapping[str, str]] = None) -> float:
-    from pyhorovod._config import get_float
     env = os.environ if env is None else env
-    value = get_float(env, TIMEOUT_ENV, minimum=0.0)
+    value = KNOBS[TIMEOUT_ENV].read(env)
     return DEFAULT_TIMEOUT_S if value is None else value
 
 

@@ -12,13 +12,14 @@ import sys
 from typing import Callable, Dict, List, Optional, Set
 
 from pyhorovod import _compat as horovod_alias
-from pyhorovod._config import Config, get_float, store_limits
+from pyhorovod._config import Config, store_limits
+from pyhorovod._knobs import BY_NAME as KNOBS
 
 from . import autoscale_option, config_file, elastic_flags, horovod_flags, output, remote
 from . import hosts as hostlib
 from .launch import LaunchOptions, run_job
 
-DEFAULT_START_TIMEOUT = 30.0
+DEFAULT_START_TIMEOUT = KNOBS["HOROVOD_START_TIMEOUT"].default
 
 
 def build_parser(prog: str = "pyhorovod run") -> argparse.ArgumentParser:
@@ -208,7 +209,7 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         np = args.np if args.np is not None else sum(h.slots for h in host_specs)
         if args.max_restarts < 0:
             raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-        env_timeout = get_float(os.environ, "HOROVOD_START_TIMEOUT")
+        env_timeout = KNOBS["HOROVOD_START_TIMEOUT"].read(os.environ)
         strict = args.start_timeout is not None or env_timeout is not None
         start_timeout = args.start_timeout
         if start_timeout is None:
@@ -219,7 +220,7 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         addresses = hostlib.local_addresses()
         local = {h.hostname for h in host_specs if hostlib.is_local(h.hostname, addresses)}
         console_ranks = parse_ranks_filter(args.ranks_filter, np)
-        kill_grace = get_float(os.environ, "PYHOROVOD_KILL_GRACE_SECONDS", minimum=0.0)
+        kill_grace = KNOBS["PYHOROVOD_KILL_GRACE_SECONDS"].read(os.environ)
         knobs = knob_env(args)
         check_rank_env(knobs)
         for note in horovod_flags.inert_notes(args):
@@ -283,7 +284,7 @@ def _run_elastic(args, command: List[str], extra_env) -> int:
             output.emit(note)
         if extra_env is not None:
             knobs.update(extra_env(bind_host))
-        kill_grace = get_float(os.environ, "PYHOROVOD_KILL_GRACE_SECONDS", minimum=0.0)
+        kill_grace = KNOBS["PYHOROVOD_KILL_GRACE_SECONDS"].read(os.environ)
         launch = LaunchOptions(
             command=command, slots=[], local_hosts=local, bind_host=bind_host, env=knobs,
             output_dir=args.output_filename, console_ranks=parse_ranks_filter(args.ranks_filter, 1 << 30),

@@ -8,13 +8,13 @@ import argparse
 import os
 from typing import Dict, List, Optional
 
-from pyhorovod._config import get_float
+from pyhorovod._knobs import BY_NAME as KNOBS
 
 from .discovery import HostDiscovery
 from .hosts import HostSpec
 
 TIMEOUT_ENV = "HOROVOD_ELASTIC_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = KNOBS[TIMEOUT_ENV].default
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -45,8 +45,9 @@ RESET_TIMEOUT_ENV = "PYHOROVOD_ELASTIC_RESET_TIMEOUT_SECONDS"
 
 def reset_timeout_s(env) -> float:
     """How long the other members may take to ask once one asked (elastic_driver.ElasticOptions)."""
-    value = get_float(env, RESET_TIMEOUT_ENV, minimum=0.001)
-    return 60.0 if value is None else value
+    knob = KNOBS[RESET_TIMEOUT_ENV]
+    value = knob.read(env)
+    return knob.default if value is None else value
 
 
 def wanted(args: argparse.Namespace) -> bool:
@@ -77,7 +78,7 @@ def options(args: argparse.Namespace, host_specs: Optional[List[HostSpec]]):
         raise ValueError(f"-np {np} lies outside --min-np {min_np} .. --max-np {max_np}")
     timeout = args.elastic_timeout
     if timeout is None:
-        timeout = get_float(os.environ, TIMEOUT_ENV, minimum=0.0)
+        timeout = KNOBS[TIMEOUT_ENV].read(os.environ)
     timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     if timeout <= 0:
         raise ValueError(f"--elastic-timeout must be > 0, got {timeout:g}")

@@ -15,6 +15,7 @@ import torch
 
 from pyhorovod import _api, _core
 from pyhorovod._api import Op
+from pyhorovod._collective_shapes import check_split_values
 from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
 
@@ -279,12 +280,7 @@ def _splits_list(splits, rows, n):
                 raise TypeError
         except TypeError:
             raise ValueError(f"alltoall: splits must be integers, got {splits!r}") from None
-    if len(values) != n:
-        raise ValueError(f"alltoall: {len(values)} splits given for a process set of size {n}")
-    if any(v < 0 for v in values):
-        raise ValueError(f"alltoall: splits must be non-negative, got {values}")
-    if sum(values) != rows:
-        raise ValueError(f"alltoall: splits add up to {sum(values)} but the first dimension is {rows}")
+    check_split_values(values, rows, n)
     return values
 
 

@@ -4,7 +4,7 @@ Terms (as in Horovod): rank/size over the whole job; local_rank/local_size among
 host; cross_rank/cross_size among the processes that share my local_rank (one per host when every host
 runs the same number of processes).
 
-Discovery order (design.md section 4); the first source whose variables are set wins and is logged at
+Discovery order (docs/launching.md); the first source whose variables are set wins and is logged at
 debug level on the "pyhorovod" logger:
 
     1. pyhorovod  PYHOROVOD_RANK, PYHOROVOD_SIZE [, PYHOROVOD_LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE]

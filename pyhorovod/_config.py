@@ -1,4 +1,4 @@
-"""The engine's and transport's settings, parsed from the environment (design.md section 4).
+"""The engine's and transport's settings, parsed from the environment.
 
 Which variables exist, their types, defaults and Horovod aliases are declared once, in
 pyhorovod/_knobs.py; this module turns the knobs that carry a `field` into a plain dataclass

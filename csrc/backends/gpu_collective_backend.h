@@ -5,6 +5,7 @@
 #pragma once
 #include "backends/collective_backend.h"
 #include "backends/gpu_backend.h"
+#include "common/enforce.h"
 #include "common/error.h"
 
 namespace phv {
@@ -27,7 +28,7 @@ class GpuCollectiveBackend : public CollectiveBackend {
   // In place only (enqueue checks that input == buf).
   void broadcast(const Comm& comm, const void* input, void* buf, size_t bytes, int root,
                  const CallContext& ctx) override {
-    if (input != buf) throw_error(ErrorKind::INTERNAL, "a CUDA broadcast reached the backend out of place");
+    PHV_ENFORCE(input == buf, "a CUDA broadcast reached the backend out of place");
     gpu_.broadcast(comm, buf, bytes, root, ctx.stream);
   }
   void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,

@@ -21,7 +21,7 @@ void ControlRound::set_fusion_threshold(int64_t bytes) {
 
 const ResponseList& ControlRound::run(const RankMessage& msg, Deadline deadline) {
   begin(msg);
-  while (!step(true, deadline)) {
+  while (!step(Step::BLOCK, deadline)) {
   }
   return resp_;
 }
@@ -42,10 +42,10 @@ void ControlRound::begin(const RankMessage& msg) {
   stage_ = Stage::REPLY_HEAD;
 }
 
-bool ControlRound::step(bool block, Deadline deadline) {
+bool ControlRound::step(Step how, Deadline deadline) {
   if (stage_ == Stage::DONE || stage_ == Stage::IDLE) return stage_ == Stage::DONE;
   if (transport_.pending() > 0) {
-    if (!block) return false;
+    if (how == Step::POLL) return false;
     drive(deadline);
   }
   switch (stage_) {

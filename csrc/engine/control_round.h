@@ -29,9 +29,10 @@ class ControlRound {
   const ResponseList& run(const RankMessage& msg, Deadline deadline);
 
   // The same round in steps: begin() posts the first transfers; step() returns false while transfers
-  // are in flight (block: wait for them until the deadline instead) and true once response() is final.
+  // are in flight (Step::BLOCK: wait for them until the deadline instead) and true once response() is final.
+  enum class Step { POLL, BLOCK };
   void begin(const RankMessage& msg);
-  bool step(bool block, Deadline deadline);
+  bool step(Step how, Deadline deadline);
   const ResponseList& response() const { return resp_; }
 
   // Autotune, between rounds: the fusion threshold the coordinator plans with from now on.

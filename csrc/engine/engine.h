@@ -1,6 +1,6 @@
 // The background engine: one thread per process owns the request queue, negotiates with the other ranks
 // which named requests are ready everywhere, fuses small allreduces, runs collectives on the backend and
-// completes handles. See design.md section 3.
+// completes handles. See docs/architecture.md.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -60,7 +60,7 @@ EngineCore::~EngineCore() {
   if (thread_.joinable()) shutdown();
 }
 
-Handle EngineCore::submit(const OpPtr& op, bool sync) {
+Handle EngineCore::submit(const OpPtr& op, Caller caller) {
   std::lock_guard<std::mutex> lock(callers_.mutex());
   if (!pacing_.running()) {
     throw HvdError(ErrorKind::SHUTDOWN, "rank " + std::to_string(rank_) + ": cannot run " +
@@ -71,8 +71,9 @@ Handle EngineCore::submit(const OpPtr& op, bool sync) {
   callers_.admit(op);
   // Wake the background thread on the first enqueue of a burst only: it takes the whole queue. A
   // synchronous caller drives the round itself, so waking the thread would only cost a context switch.
-  if (callers_.queue(op) && !sync) work_cv_.notify_one();
-  if (sync) ++pacing_.callers_waiting;
+  const bool waits_now = caller == Caller::WAITS_NOW;
+  if (callers_.queue(op) && !waits_now) work_cv_.notify_one();
+  if (waits_now) ++pacing_.callers_waiting;
   return op->handle;
 }
 
@@ -89,9 +90,9 @@ Handle EngineCore::enqueue(Request request, double timeout_s) {
 
 Result EngineCore::run_sync(Request request, double timeout_s) {
   OpPtr op = make_op(std::move(request), timeout_s);
-  Handle handle = submit(op, true);
+  Handle handle = submit(op, Caller::WAITS_NOW);
   std::unique_lock<std::mutex> lock(callers_.mutex());
-  return wait_locked(lock, handle, true);
+  return wait_locked(lock, handle, Caller::WAITS_NOW);
 }
 
 OpPtr EngineCore::make_op(Request request, double timeout_s) {
@@ -117,10 +118,11 @@ OpPtr EngineCore::make_op(Request request, double timeout_s) {
 
 Result EngineCore::wait(Handle handle) {
   std::unique_lock<std::mutex> lock(callers_.mutex());
-  return wait_locked(lock, handle, false);
+  return wait_locked(lock, handle, Caller::WILL_WAIT_LATER);
 }
 
-Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, bool counted) {
+Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, Caller caller) {
+  const bool counted = caller == Caller::WAITS_NOW;
   OpPtr op = callers_.find(handle);
   if (!op && counted) --pacing_.callers_waiting;
   PHV_CHECK_ARG(op != nullptr, "unknown handle ", handle, " (already waited for?)");

@@ -79,11 +79,12 @@ class EngineCore {
  private:
   OpPtr make_op(Request request, double timeout_s);  // enqueue's validation and naming
   OpPtr make_set_change(const std::string& what);    // add/remove_process_set's request
-  // Under no lock; checks duplicates and the stopped state. sync: the caller waits right away (counted
-  // in callers_waiting already, so nobody wakes the background thread for it).
-  Handle submit(const OpPtr& op, bool sync = false);
-  // counted: the caller is already counted in callers_waiting (run_sync).
-  Result wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, bool counted);
+  // Whether the calling thread is already counted in callers_waiting: run_sync counts itself when it
+  // submits, so nobody wakes the background thread for a request its caller waits on right away.
+  enum class Caller { WILL_WAIT_LATER, WAITS_NOW };
+  // Under no lock; checks duplicates and the stopped state.
+  Handle submit(const OpPtr& op, Caller caller = Caller::WILL_WAIT_LATER);
+  Result wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, Caller caller);
   void loop();
   bool background_due() const;  // under the mutex: should the background thread run a round now?
   void run_round();             // holding round_mu_: one negotiation round and its execution

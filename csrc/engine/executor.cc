@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backends/gpu_collective_backend.h"
+#include "common/enforce.h"
 #include "common/error.h"
 #include "engine/output_pool.h"
 
@@ -118,10 +119,10 @@ void Executor::run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadlin
   }
   GpuBackend* gpu = gpu_.load(std::memory_order_acquire);
   // Never null here: enqueue creates the backend (or refuses the request) before submitting.
-  if (gpu == nullptr) throw_error(ErrorKind::INTERNAL, "a CUDA request reached the executor without a GPU backend");
+  PHV_ENFORCE(gpu != nullptr, "a CUDA request reached the executor without a GPU backend");
   for (const UnitEntry& e : unit) {
     // The coordinator refuses CUDA requests while ranks have joined (no device identity fill).
-    if (e.op == nullptr) throw_error(ErrorKind::INTERNAL, "a CUDA unit is missing a request on this rank");
+    PHV_ENFORCE(e.op != nullptr, "a CUDA unit is missing a request on this rank");
   }
   GpuCollectiveBackend device(*gpu, host_);
   dispatch(device, gpu, comm, unit, deadline);
@@ -161,7 +162,7 @@ void Executor::dispatch(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
       backend.barrier(comm, ctx);
       break;
     default:
-      throw_error(ErrorKind::INTERNAL, "engine cannot run a ", kind_name(d.kind), " request");
+      PHV_ENFORCE_FAIL("engine cannot run a ", kind_name(d.kind), " request");
   }
   spans(timeline_, unit, op_span, Edge::END);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/enforce.h"
 #include "common/logging.h"
 #include "engine/inline_reduce.h"
 #include "engine/runner.h"
@@ -140,8 +141,8 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
     if (unit_ops_[k]) {
       timeout = std::max(timeout, unit_ops_[k]->timeout_s);
     } else if (!join_op_ || first.kind != static_cast<uint8_t>(OpType::ALLREDUCE)) {
-      throw HvdError(ErrorKind::INTERNAL, "rank " + std::to_string(rank_) + ": the ranks agreed to run " +
-                                              unit_label(unit_) + ", which this rank never submitted");
+      PHV_ENFORCE_FAIL("rank ", rank_, ": the ranks agreed to run ", unit_label(unit_),
+                       ", which this rank never submitted");
     }
   }
   if (timeout <= 0) timeout = options_.timeout_s;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include "common/byte_codec.h"
+#include "common/enforce.h"
 #include "common/error.h"
 
 namespace phv {
@@ -80,10 +81,8 @@ class WireReader {
 
  private:
   void need(size_t n) const {
-    if (n > len_ - pos_) {
-      throw_error(ErrorKind::INTERNAL, "corrupt engine negotiation message: needs ", n, " more bytes at offset ",
-                  pos_, " of ", len_);
-    }
+    PHV_ENFORCE(n <= len_ - pos_, "corrupt engine negotiation message: needs ", n, " more bytes at offset ", pos_,
+                " of ", len_);
   }
   const uint8_t* data_;
   size_t len_;

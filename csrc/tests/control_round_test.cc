@@ -58,7 +58,7 @@ class World {
     for (int sweep = 0; sweep < 16 && !all; ++sweep) {
       all = true;
       for (int r = 0; r < p_; ++r) {
-        if (!done[static_cast<size_t>(r)]) done[static_cast<size_t>(r)] = side(r).round.step(false, deadline);
+        if (!done[static_cast<size_t>(r)]) done[static_cast<size_t>(r)] = side(r).round.step(ControlRound::Step::POLL, deadline);
         all = all && done[static_cast<size_t>(r)];
       }
     }
@@ -300,15 +300,15 @@ void test_coordinator_waits(int p) {
   RankMessage empty;
   ranks[0]->round.begin(empty);
   Deadline deadline = deadline_after(10);
-  bool early = ranks[0]->round.step(false, deadline) || ranks[0]->round.step(false, deadline);
+  bool early = ranks[0]->round.step(ControlRound::Step::POLL, deadline) || ranks[0]->round.step(ControlRound::Step::POLL, deadline);
   expect(!early, "[p=" + std::to_string(p) + "] the coordinator waits for the workers");
   for (int r = 1; r < p; ++r) ranks[static_cast<size_t>(r)]->round.begin(empty);
   bool done = false;
-  for (int sweep = 0; sweep < 8 && !done; ++sweep) done = ranks[0]->round.step(false, deadline);
+  for (int sweep = 0; sweep < 8 && !done; ++sweep) done = ranks[0]->round.step(ControlRound::Step::POLL, deadline);
   for (int r = 1; r < p; ++r) {
     ControlRound& round = ranks[static_cast<size_t>(r)]->round;
     bool worker = false;
-    for (int sweep = 0; sweep < 8 && !worker; ++sweep) worker = round.step(false, deadline);
+    for (int sweep = 0; sweep < 8 && !worker; ++sweep) worker = round.step(ControlRound::Step::POLL, deadline);
     done = done && worker;
   }
   expect(done, "[p=" + std::to_string(p) + "] once they have, every round completes");

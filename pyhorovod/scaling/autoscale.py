@@ -1,6 +1,6 @@
 """When to grow or shrink an elastic job: the worker count of the highest predicted goodput.
 
-Terms (design.md section 8; Pollux, Qiao et al. 2021; McCandlish et al. 2018). At n workers of local
+Terms (docs/scaling.md; Pollux, Qiao et al. 2021; McCandlish et al. 2018). At n workers of local
 batch b the global batch is B(n) = n b. To reach a target, training at batch B takes S(B) = S_min (1 +
 B_noise/B) steps, B_noise estimated live by B_simple. The progress of one second at n workers, relative
 to the current count n0, is

@@ -1,4 +1,4 @@
-"""Learning-rate scaling rules and gradual warmup for large global batches (design.md section 6).
+"""Learning-rate scaling rules and gradual warmup for large global batches.
 
 Terms:
   base_lr      the LR tuned for a batch of `base_batch` examples per optimizer step;

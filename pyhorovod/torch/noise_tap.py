@@ -1,6 +1,6 @@
 """The DistributedOptimizer side of the gradient noise-scale measurement (measure_noise_scale=True).
 
-Terms (design.md section 6): g_k is worker k's accumulated local gradient for one optimizer step, G the
+Terms (docs/scaling.md): g_k is worker k's accumulated local gradient for one optimizer step, G the
 averaged gradient after the allreduce. Each step the tap collects
   local_sq  = |g_k|^2, summed over parameters as each gradient's allreduce starts (before compression);
               for dense CPU float32/float64 gradients sent uncompressed the engine takes it while it

@@ -62,8 +62,8 @@ void partial_dots(const char* mine, const char* theirs, Range r, const std::vect
 }
 
 // mine[r] becomes adasum(a, b) per tensor, from whole-tensor sums (partial_dots' layout).
-void combine(char* mine, const char* theirs, Range r, const std::vector<size_t>& starts, DataType dt,
-             bool i_am_lower, const std::vector<double>& sums) {
+void combine(char* mine, const char* theirs, Range r, const std::vector<size_t>& starts, DataType dt, bool i_am_lower,
+             const std::vector<double>& sums) {
   const size_t esize = dtype_size(dt);
   for (size_t t = 0; t + 1 < starts.size(); ++t) {
     size_t lo = std::max(starts[t], r.lo), hi = std::min(starts[t + 1], r.hi);
@@ -94,10 +94,12 @@ char* scratch(size_t bytes) {
 
 }  // namespace
 
-void adasum_allreduce(const Comm& comm, void* buf_v, const std::vector<size_t>& counts, DataType dt,
-                      Deadline deadline, double postscale) {
-  PHV_CHECK_ARG(adasum_dtype(dt), "allreduce: Adasum is defined for float16, bfloat16, float32 and float64 "
-                "tensors, not ", dtype_name(dt));
+void adasum_allreduce(const Comm& comm, void* buf_v, const std::vector<size_t>& counts, DataType dt, Deadline deadline,
+                      double postscale) {
+  PHV_CHECK_ARG(adasum_dtype(dt),
+                "allreduce: Adasum is defined for float16, bfloat16, float32 and float64 "
+                "tensors, not ",
+                dtype_name(dt));
   const std::vector<size_t> starts = tensor_starts(counts);
   const size_t n = starts.back(), esize = dtype_size(dt);
   char* buf = static_cast<char*>(buf_v);
@@ -125,8 +127,8 @@ void adasum_allreduce(const Comm& comm, void* buf_v, const std::vector<size_t>& 
         const bool lower = (r & d) == 0;
         const Range keep = lower ? Range{cur.lo, mid} : Range{mid, cur.hi};
         const Range give = lower ? Range{mid, cur.hi} : Range{cur.lo, mid};
-        exchange(comm, r ^ d, buf + give.lo * esize, (give.hi - give.lo) * esize, theirs,
-                 (keep.hi - keep.lo) * esize, deadline);
+        exchange(comm, r ^ d, buf + give.lo * esize, (give.hi - give.lo) * esize, theirs, (keep.hi - keep.lo) * esize,
+                 deadline);
         std::vector<double> sums(3 * counts.size(), 0.0);
         partial_dots(buf, theirs, keep, starts, dt, lower, sums);
         Comm group{comm.transport, {}, r % (2 * d)};

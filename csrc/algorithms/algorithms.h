@@ -30,8 +30,8 @@ void small_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, Red
 // every tensor becomes the Adasum of all ranks' copies of it, dot products taken per tensor. Float types
 // only; any set size (see adasum_allreduce.cc for how ranks beyond a power of two are folded in).
 // allreduce() with op ADASUM calls it with one tensor.
-void adasum_allreduce(const Comm& comm, void* buf, const std::vector<size_t>& counts, DataType dt,
-                      Deadline deadline, double postscale = 1.0);
+void adasum_allreduce(const Comm& comm, void* buf, const std::vector<size_t>& counts, DataType dt, Deadline deadline,
+                      double postscale = 1.0);
 
 // recv receives the concatenation of every rank's block in rank order; bytes_per_rank[r] is rank r's
 // block size (blocks may differ, may be 0). send holds my block (bytes_per_rank[comm.rank()] bytes);
@@ -49,8 +49,8 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
 
 // Every rank passes the full input (sum of counts elements); rank r receives block r (counts[r]
 // elements, blocks consecutive in rank order) of the reduction. Ring reduce-scatter, pipelined.
-void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                   DataType dt, ReduceOp op, const Tuning& tuning, Deadline deadline);
+void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                   ReduceOp op, const Tuning& tuning, Deadline deadline);
 
 void barrier(const Comm& comm, Deadline deadline);
 

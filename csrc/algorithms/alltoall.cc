@@ -16,8 +16,8 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
   const int p = comm.size();
   const int r = comm.rank();
   PHV_CHECK_ARG(send_bytes.size() == static_cast<size_t>(p) && recv_bytes.size() == static_cast<size_t>(p),
-                "alltoall: ", send_bytes.size(), " send splits and ", recv_bytes.size(), " receive splits for ",
-                p, " ranks");
+                "alltoall: ", send_bytes.size(), " send splits and ", recv_bytes.size(), " receive splits for ", p,
+                " ranks");
   std::vector<size_t> soff(static_cast<size_t>(p) + 1, 0), roff(static_cast<size_t>(p) + 1, 0);
   for (int i = 0; i < p; ++i) {
     soff[static_cast<size_t>(i) + 1] = soff[static_cast<size_t>(i)] + send_bytes[static_cast<size_t>(i)];

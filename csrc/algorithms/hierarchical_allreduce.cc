@@ -73,8 +73,8 @@ bool make_two_level(const Comm& comm, const std::vector<int>& host_of, TwoLevel*
   return true;
 }
 
-void hierarchical_allreduce(const TwoLevel& tl, void* buf, size_t count, DataType dt, ReduceOp op,
-                            const Tuning& tuning, Deadline deadline, double postscale) {
+void hierarchical_allreduce(const TwoLevel& tl, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
+                            Deadline deadline, double postscale) {
   const size_t esize = dtype_size(dt);
   PHV_CHECK_ARG(esize != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
   if (count == 0) return;
@@ -87,8 +87,9 @@ void hierarchical_allreduce(const TwoLevel& tl, void* buf, size_t count, DataTyp
   if (mine.count > 0) {
     allreduce(tl.cross, base + mine.offset * esize, mine.count, dt, op, tuning, deadline, postscale);
   }
-  if (L > 1) run_ring(tl.local, buf, to_bytes(chunks, esize), DataType::UINT8, ReduceOp::SUM, RingKind::ALLGATHER,
-                      tuning, deadline);
+  if (L > 1)
+    run_ring(tl.local, buf, to_bytes(chunks, esize), DataType::UINT8, ReduceOp::SUM, RingKind::ALLGATHER, tuning,
+             deadline);
 }
 
 // Stage 1 gathers my host's blocks (host block: its members' blocks in rank order, S_h bytes). Stage 2:
@@ -112,7 +113,8 @@ void hierarchical_allgatherv(const Comm& comm, const TwoLevel& tl, const std::ve
   // Host blocks: sizes, and where each member's block lies inside its host block.
   std::vector<size_t> host_bytes(static_cast<size_t>(H), 0);
   for (int h = 0; h < H; ++h)
-    for (int g : hosts[static_cast<size_t>(h)]) host_bytes[static_cast<size_t>(h)] += bytes_per_rank[comm_rank_of[static_cast<size_t>(g)]];
+    for (int g : hosts[static_cast<size_t>(h)])
+      host_bytes[static_cast<size_t>(h)] += bytes_per_rank[comm_rank_of[static_cast<size_t>(g)]];
   // Cross comm k (the k-th member of every host), members ascending: its rank c belongs to host
   // order[k][c]. The order can differ between k when hosts' ranks interleave.
   std::vector<std::vector<int>> order(static_cast<size_t>(L));
@@ -164,7 +166,8 @@ void hierarchical_allgatherv(const Comm& comm, const TwoLevel& tl, const std::ve
     for (int k = 0; k < L; ++k) {
       size_t at = part_start[static_cast<size_t>(k)];
       const std::vector<int>& hosts_k = order[static_cast<size_t>(k)];
-      for (int c = 0; c < H && hosts_k[static_cast<size_t>(c)] != h; ++c) at += piece(hosts_k[static_cast<size_t>(c)], k).count;
+      for (int c = 0; c < H && hosts_k[static_cast<size_t>(c)] != h; ++c)
+        at += piece(hosts_k[static_cast<size_t>(c)], k).count;
       Range pk = piece(h, k);
       if (pk.count > 0) std::memcpy(block.data() + pk.offset, all.data() + at, pk.count);
     }

@@ -75,8 +75,8 @@ bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl,
                       const Tuning& tuning);
 
 // Same contract as allreduce() (algorithms.h) over the union of tl's comms (comm.size() = H*L).
-void hierarchical_allreduce(const TwoLevel& tl, void* buf, size_t count, DataType dt, ReduceOp op,
-                            const Tuning& tuning, Deadline deadline, double postscale = 1.0);
+void hierarchical_allreduce(const TwoLevel& tl, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
+                            Deadline deadline, double postscale = 1.0);
 
 // Same contract as allgatherv() over `comm` (bytes_per_rank indexed by comm rank), through tl: gather
 // inside the host, each local rank exchanges 1/L of its host's bytes with its cross comm, gather

@@ -15,15 +15,14 @@
 
 namespace phv {
 
-void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                   DataType dt, ReduceOp op, const Tuning& tuning, Deadline deadline) {
+void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                   ReduceOp op, const Tuning& tuning, Deadline deadline) {
   const int p = comm.size();
   const size_t esize = dtype_size(dt);
   PHV_CHECK_ARG(esize != 0, "reducescatter: unknown dtype ", static_cast<int>(dt));
   PHV_CHECK_ARG(op == ReduceOp::SUM || op == ReduceOp::MIN || op == ReduceOp::MAX || op == ReduceOp::PRODUCT,
                 "reducescatter: op ", reduce_op_name(op), " is not a kernel op (AVERAGE is SUM + scale)");
-  PHV_CHECK_ARG(counts.size() == static_cast<size_t>(p), "reducescatter: ", counts.size(), " counts for ", p,
-                " ranks");
+  PHV_CHECK_ARG(counts.size() == static_cast<size_t>(p), "reducescatter: ", counts.size(), " counts for ", p, " ranks");
   std::vector<Range> blocks = chunks_from_counts(counts);
   const Range& mine = blocks[static_cast<size_t>(comm.rank())];
   const size_t total = blocks.empty() ? 0 : blocks.back().offset + blocks.back().count;

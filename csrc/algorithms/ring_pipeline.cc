@@ -44,8 +44,8 @@ struct ReduceSink final : RecvSink {
 
 }  // namespace
 
-void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, DataType dt, ReduceOp op,
-              RingKind kind, const Tuning& tuning, Deadline deadline, double postscale) {
+void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, DataType dt, ReduceOp op, RingKind kind,
+              const Tuning& tuning, Deadline deadline, double postscale) {
   const int p = comm.size();
   if (p <= 1) return;
   char* buf = static_cast<char*>(buf_v);
@@ -115,8 +115,7 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     while (sends_posted < nsend && sends_posted - sends_completed < window &&
            (sends_posted < plan.lead || recvs_finished > sends_posted - plan.lead)) {
       const RingMessage& m = plan.sends[sends_posted];
-      ids[tr->post_send(right, buf + m.range.offset * esize, m.range.count * esize)] =
-          static_cast<long>(sends_posted);
+      ids[tr->post_send(right, buf + m.range.offset * esize, m.range.count * esize)] = static_cast<long>(sends_posted);
       ++sends_posted;
       any = true;
     }

@@ -18,7 +18,7 @@ enum class RingKind {
 // buf holds sum(chunks.count) elements of dt (for ALLGATHER: bytes, chunks in bytes). Updated in place.
 // ALLREDUCE only: postscale multiplies each segment of the chunk this rank owns right after its last
 // reduction, before the copy phase sends it on, so every rank ends with the scaled result.
-void run_ring(const Comm& comm, void* buf, const std::vector<Range>& chunks, DataType dt, ReduceOp op,
-              RingKind kind, const Tuning& tuning, Deadline deadline, double postscale = 1.0);
+void run_ring(const Comm& comm, void* buf, const std::vector<Range>& chunks, DataType dt, ReduceOp op, RingKind kind,
+              const Tuning& tuning, Deadline deadline, double postscale = 1.0);
 
 }  // namespace phv

@@ -58,8 +58,7 @@ static void append_step(std::vector<RingMessage>& out, const std::vector<Range>&
   for (size_t k = 0; k < n; ++k) out.push_back(RingMessage{step, chunk, k, segment_of(c, seg_elems, k)});
 }
 
-RingPlan make_ring_plan(int rank, int p, const std::vector<Range>& chunks, size_t seg_elems, int shift,
-                        int steps) {
+RingPlan make_ring_plan(int rank, int p, const std::vector<Range>& chunks, size_t seg_elems, int shift, int steps) {
   RingPlan plan;
   if (p <= 1) return plan;
   std::vector<size_t> send_begin;  // index of the first send of each step

@@ -66,8 +66,7 @@ class CollectiveBackend {
   // Every rank passes the full input (sum of counts elements); rank r receives block r of the reduction,
   // scaled by prescale before and postscale after.
   virtual void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                             DataType dt, ReduceOp op, double prescale, double postscale,
-                             const CallContext& ctx) = 0;
+                             DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) = 0;
   virtual void barrier(const Comm& comm, const CallContext& ctx) = 0;
 };
 

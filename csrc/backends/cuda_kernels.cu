@@ -59,8 +59,7 @@ void cuda_scale_buffer(void* buf, size_t count, DataType dt, double factor, void
     case DataType::INT8: launch<int8_t, double>(buf, count, factor, stream); break;
     case DataType::INT32: launch<int32_t, double>(buf, count, factor, stream); break;
     case DataType::INT64: launch<int64_t, double>(buf, count, factor, stream); break;
-    default:
-      throw_error(ErrorKind::INVALID_ARGUMENT, "cannot scale ", dtype_name(dt), " tensors on the GPU");
+    default: throw_error(ErrorKind::INVALID_ARGUMENT, "cannot scale ", dtype_name(dt), " tensors on the GPU");
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw_error(ErrorKind::INTERNAL, "CUDA scale kernel failed: ", cudaGetErrorString(err));

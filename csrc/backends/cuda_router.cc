@@ -20,13 +20,15 @@ std::string members_text(const std::vector<int>& members) {
 class PathRouter : public GpuBackend {
  public:
   PathRouter(Store& store, std::string prefix, const GpuBackendOptions& options)
-      : store_(store), prefix_(std::move(prefix)), options_(options),
+      : store_(store),
+        prefix_(std::move(prefix)),
+        options_(options),
         nccl_(make_nccl_backend(store, prefix_, options.global_rank, options.device, options.timeout_s)),
         staged_(make_staged_backend(options.global_rank, options.device, options.tuning, options.timeout_s)),
         claim_{cuda_device_id(options.device), options.path} {}
 
-  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, intptr_t producer) override {
+  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op, double prescale,
+                 double postscale, intptr_t producer) override {
     route(comm).allreduce(comm, entries, dt, op, prescale, postscale, producer);
   }
   void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes,
@@ -40,8 +42,8 @@ class PathRouter : public GpuBackend {
                  const std::vector<size_t>& recv_bytes, intptr_t producer) override {
     route(comm).alltoallv(comm, send, send_bytes, recv, recv_bytes, producer);
   }
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer) override {
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, intptr_t producer) override {
     route(comm).reducescatter(comm, input, output, counts, dt, op, prescale, postscale, producer);
   }
   std::shared_ptr<void> allocate(size_t bytes) override { return nccl_->allocate(bytes); }
@@ -83,7 +85,8 @@ std::string cuda_device_id(int device) {
   return host_identity() + "/pci:" + bus;
 }
 
-std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix, const GpuBackendOptions& options) {
+std::unique_ptr<GpuBackend> make_gpu_backend(Store& store, const std::string& prefix,
+                                             const GpuBackendOptions& options) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
     throw_error(ErrorKind::INVALID_ARGUMENT, "pyhorovod's GPU backend is built, but no CUDA device is visible");

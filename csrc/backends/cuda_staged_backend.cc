@@ -35,8 +35,8 @@ class StagedBackend : public GpuBackend {
     cudaStreamDestroy(stream_);
   }
 
-  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, intptr_t producer) override {
+  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op, double prescale,
+                 double postscale, intptr_t producer) override {
     Deadline deadline = begin(producer);
     for (const auto& e : entries) {
       if (e.stream != producer) wait_for(e.stream);
@@ -104,8 +104,8 @@ class StagedBackend : public GpuBackend {
     complete(deadline, "alltoall: host -> device copy");
   }
 
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer) override {
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, intptr_t producer) override {
     Deadline deadline = begin(producer);
     size_t esize = dtype_size(dt), total = 0;
     for (size_t c : counts) total += c;
@@ -152,8 +152,8 @@ class StagedBackend : public GpuBackend {
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) check_cuda(q, what);
       if (Clock::now() > deadline)
-        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ",
-                    timeout_s_, " s");
+        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ", timeout_s_,
+                    " s");
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -169,8 +169,7 @@ class StagedBackend : public GpuBackend {
 
 }  // namespace
 
-std::unique_ptr<GpuBackend> make_staged_backend(int global_rank, int device, const Tuning& tuning,
-                                                double timeout_s) {
+std::unique_ptr<GpuBackend> make_staged_backend(int global_rank, int device, const Tuning& tuning, double timeout_s) {
   return std::make_unique<StagedBackend>(global_rank, device, tuning, timeout_s);
 }
 

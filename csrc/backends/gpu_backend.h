@@ -33,14 +33,13 @@ class GpuBackend {
   // copies, reduced in one NCCL call and copied out. prescale/postscale run as a small CUDA kernel.
   virtual void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
                          double prescale, double postscale, intptr_t producer_stream) = 0;
-  virtual void allgatherv(const Comm& comm, const void* send, void* recv,
-                          const std::vector<size_t>& bytes_per_rank, intptr_t producer_stream) = 0;
+  virtual void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
+                          intptr_t producer_stream) = 0;
   virtual void broadcast(const Comm& comm, void* buf, size_t bytes, int root, intptr_t producer_stream) = 0;
   virtual void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
                          const std::vector<size_t>& recv_bytes, intptr_t producer_stream) = 0;
   virtual void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                             DataType dt, ReduceOp op, double prescale, double postscale,
-                             intptr_t producer_stream) = 0;
+                             DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer_stream) = 0;
   // Device memory owned by the caller through the shared_ptr (engine-allocated outputs).
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
 };

@@ -15,8 +15,8 @@ class GpuCollectiveBackend : public CollectiveBackend {
   GpuCollectiveBackend(GpuBackend& gpu, CollectiveBackend& host) : gpu_(gpu), host_(host) {}
 
   // The phase marks: one REDUCE span around the whole call (its copies run inside the GpuBackend).
-  void allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, const CallContext& ctx) override {
+  void allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op, double prescale,
+                 double postscale, const CallContext& ctx) override {
     ctx.mark(Phase::REDUCE, Edge::BEGIN);
     gpu_.allreduce(comm, entries, dt, op, prescale, postscale, ctx.stream);
     ctx.mark(Phase::REDUCE, Edge::END);
@@ -35,8 +35,8 @@ class GpuCollectiveBackend : public CollectiveBackend {
                  const std::vector<size_t>& recv_bytes, const CallContext& ctx) override {
     gpu_.alltoallv(comm, send, send_bytes, recv, recv_bytes, ctx.stream);
   }
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) override {
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, const CallContext& ctx) override {
     gpu_.reducescatter(comm, input, output, counts, dt, op, prescale, postscale, ctx.stream);
   }
   void barrier(const Comm& comm, const CallContext& ctx) override { host_.barrier(comm, ctx); }

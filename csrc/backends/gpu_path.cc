@@ -56,8 +56,8 @@ GpuPathChoice choose_gpu_path(const std::vector<GpuClaim>& claims) {
     auto it = first_user.emplace(claims[i].device_id, i).first;
     if (it->second != i && want_nccl < claims.size()) {
       choice.path = GpuPath::HOST_STAGED;
-      choice.reason = "members " + std::to_string(it->second) + " and " + std::to_string(i) +
-                      " share one device (" + claims[i].device_id + "), which NCCL refuses";
+      choice.reason = "members " + std::to_string(it->second) + " and " + std::to_string(i) + " share one device (" +
+                      claims[i].device_id + "), which NCCL refuses";
       return choice;
     }
   }

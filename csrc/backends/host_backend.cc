@@ -74,8 +74,8 @@ void HostBackend::allreduce(const Comm& comm, const std::vector<BufferEntry>& en
   ctx.mark(Phase::REDUCE, Edge::END);
 }
 
-void HostBackend::fused_allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt,
-                                  ReduceOp op, double prescale, double postscale, const CallContext& ctx) {
+void HostBackend::fused_allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op,
+                                  double prescale, double postscale, const CallContext& ctx) {
   size_t esize = dtype_size(dt);
   size_t total = 0;
   for (const BufferEntry& e : entries) total += e.count * esize;
@@ -138,8 +138,7 @@ void HostBackend::alltoallv(const Comm& comm, const void* send, const std::vecto
 }
 
 void HostBackend::reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                                DataType dt, ReduceOp op, double prescale, double postscale,
-                                const CallContext& ctx) {
+                                DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) {
   apply_knobs();
   size_t esize = dtype_size(dt);
   size_t total = 0;

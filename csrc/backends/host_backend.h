@@ -23,16 +23,16 @@ class HostBackend : public CollectiveBackend {
  public:
   explicit HostBackend(const Tuning& tuning) : tuning_(tuning) {}
 
-  void allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, const CallContext& ctx) override;
+  void allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op, double prescale,
+                 double postscale, const CallContext& ctx) override;
   void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
                   const CallContext& ctx) override;
   void broadcast(const Comm& comm, const void* input, void* buf, size_t bytes, int root,
                  const CallContext& ctx) override;
   void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes, const CallContext& ctx) override;
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, const CallContext& ctx) override;
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, const CallContext& ctx) override;
   void barrier(const Comm& comm, const CallContext& ctx) override;
 
   // Before the first call: the host layout and the flat/two-level model.

@@ -49,17 +49,20 @@ ErrorKind async_error_kind(ncclResult_t res) {
   return (res == ncclRemoteError || res == ncclSystemError) ? ErrorKind::PEER_LOST : ErrorKind::INTERNAL;
 }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Keeps the thread's NCCL group depth balanced when a call between ncclGroupStart and ncclGroupEnd
 // throws: the destructor ends the group, and NCCL then drops the partly queued group with the error.
 class Group {
  public:
   Group() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
-  ~Group() { if (open_) ncclGroupEnd(); }
-  ncclResult_t end() { open_ = false; return ncclGroupEnd(); }
+  ~Group() {
+    if (open_) ncclGroupEnd();
+  }
+  ncclResult_t end() {
+    open_ = false;
+    return ncclGroupEnd();
+  }
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
@@ -71,7 +74,8 @@ class Group {
 // logical and); int16 is refused, as in Horovod.
 ncclDataType_t nccl_type(DataType dt) {
   switch (dt) {
-    case DataType::UINT8: case DataType::BOOL: return ncclUint8;
+    case DataType::UINT8:
+    case DataType::BOOL: return ncclUint8;
     case DataType::INT8: return ncclInt8;
     case DataType::INT32: return ncclInt32;
     case DataType::INT64: return ncclInt64;
@@ -86,7 +90,8 @@ ncclDataType_t nccl_type(DataType dt) {
 ncclRedOp_t nccl_op(ReduceOp op, DataType dt) {
   if (dt == DataType::BOOL) return (op == ReduceOp::SUM || op == ReduceOp::MAX) ? ncclMax : ncclMin;
   switch (op) {
-    case ReduceOp::SUM: case ReduceOp::AVERAGE: return ncclSum;  // AVERAGE: engine adds postscale 1/n
+    case ReduceOp::SUM:
+    case ReduceOp::AVERAGE: return ncclSum;  // AVERAGE: engine adds postscale 1/n
     case ReduceOp::MIN: return ncclMin;
     case ReduceOp::MAX: return ncclMax;
     case ReduceOp::PRODUCT: return ncclProd;
@@ -112,8 +117,8 @@ class NcclBackend : public GpuBackend {
     cudaStreamDestroy(stream_);
   }
 
-  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op,
-                 double prescale, double postscale, intptr_t producer) override {
+  void allreduce(const Comm& comm, const std::vector<GpuEntry>& entries, DataType dt, ReduceOp op, double prescale,
+                 double postscale, intptr_t producer) override {
     begin(producer);
     for (const auto& e : entries) {
       if (e.stream != producer) wait_for(e.stream);
@@ -132,8 +137,9 @@ class NcclBackend : public GpuBackend {
       buf = fusion_buffer(total * esize);
       size_t off = 0;
       for (const auto& e : entries) {
-        check_cuda(cudaMemcpyAsync(static_cast<char*>(buf) + off, e.input, e.count * esize,
-                                   cudaMemcpyDeviceToDevice, stream_), "copy into fusion buffer");
+        check_cuda(
+            cudaMemcpyAsync(static_cast<char*>(buf) + off, e.input, e.count * esize, cudaMemcpyDeviceToDevice, stream_),
+            "copy into fusion buffer");
         off += e.count * esize;
       }
     }
@@ -143,8 +149,9 @@ class NcclBackend : public GpuBackend {
     if (entries.size() > 1) {
       size_t off = 0;
       for (const auto& e : entries) {
-        check_cuda(cudaMemcpyAsync(e.output, static_cast<char*>(buf) + off, e.count * esize,
-                                   cudaMemcpyDeviceToDevice, stream_), "copy out of fusion buffer");
+        check_cuda(cudaMemcpyAsync(e.output, static_cast<char*>(buf) + off, e.count * esize, cudaMemcpyDeviceToDevice,
+                                   stream_),
+                   "copy out of fusion buffer");
         off += e.count * esize;
       }
     }
@@ -196,8 +203,8 @@ class NcclBackend : public GpuBackend {
     finish(nc, t0, "alltoall");
   }
 
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, intptr_t producer) override {
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, intptr_t producer) override {
     begin(producer);
     ncclComm_t nc = nccl_comm(comm);
     auto t0 = Clock::now();
@@ -213,7 +220,8 @@ class NcclBackend : public GpuBackend {
       void* dst = r == comm.rank() ? output : nullptr;
       if (counts[r] > 0)
         check_queued(ncclReduce(static_cast<char*>(scaled) + off * esize, dst, counts[r], nccl_type(dt),
-                              nccl_op(op, dt), r, nc, stream_), "ncclReduce");
+                                nccl_op(op, dt), r, nc, stream_),
+                     "ncclReduce");
       off += counts[r];
     }
     settle(nc, group.end(), t0, "ncclGroupEnd (reducescatter)");
@@ -250,14 +258,14 @@ class NcclBackend : public GpuBackend {
       if (async_err != ncclSuccess && async_err != ncclInProgress) {
         ncclCommAbort(nc);
         forget(nc);
-        throw_error(async_error_kind(async_err), "rank ", global_rank_, ": NCCL ", what, " failed: ",
-                    ncclGetErrorString(async_err));
+        throw_error(async_error_kind(async_err), "rank ", global_rank_, ": NCCL ", what,
+                    " failed: ", ncclGetErrorString(async_err));
       }
       if (Clock::now() > deadline) {
         ncclCommAbort(nc);
         forget(nc);
-        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": NCCL ", what, " did not complete within ",
-                    timeout_s_, " s (waited ", seconds_since(t0), " s)");
+        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": NCCL ", what, " did not complete within ", timeout_s_,
+                    " s (waited ", seconds_since(t0), " s)");
       }
       if (interrupt_requested()) {  // the waiting thread was told to stop (common/interrupt.h)
         ncclCommAbort(nc);
@@ -287,14 +295,14 @@ class NcclBackend : public GpuBackend {
         double waited = seconds_since(t0);
         ncclCommAbort(nc);
         forget(nc);
-        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ",
-                    timeout_s_, " s (waited ", waited, " s)");
+        throw_error(ErrorKind::TIMEOUT, "rank ", global_rank_, ": ", what, " did not complete within ", timeout_s_,
+                    " s (waited ", waited, " s)");
       }
       if (interrupt_requested()) {
         ncclCommAbort(nc);
         forget(nc);
-        throw_error(ErrorKind::INTERRUPTED, "rank ", global_rank_, ": ", what, " interrupted after ",
-                    seconds_since(t0), " s");
+        throw_error(ErrorKind::INTERRUPTED, "rank ", global_rank_, ": ", what, " interrupted after ", seconds_since(t0),
+                    " s");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (ncclCommGetAsyncError(nc, &res) != ncclSuccess) res = ncclInvalidUsage;  // unusable handle
@@ -323,7 +331,10 @@ class NcclBackend : public GpuBackend {
 
   void forget(ncclComm_t nc) {
     for (auto it = comms_.begin(); it != comms_.end(); ++it)
-      if (it->second == nc) { comms_.erase(it); return; }
+      if (it->second == nc) {
+        comms_.erase(it);
+        return;
+      }
   }
 
   void* fusion_buffer(size_t bytes) {

@@ -33,8 +33,7 @@ class BufferView {
                   readable ? "" : Py_TYPE(obj)->tp_name);
     }
     held_ = true;
-    if (!PyBuffer_IsContiguous(&view_, 'C'))
-      throw_error(ErrorKind::INVALID_ARGUMENT, name, " must be C-contiguous");
+    if (!PyBuffer_IsContiguous(&view_, 'C')) throw_error(ErrorKind::INVALID_ARGUMENT, name, " must be C-contiguous");
   }
   ~BufferView() {
     if (held_) PyBuffer_Release(&view_);

@@ -83,7 +83,9 @@ class Communicator {
                   "] is ", bytes_per_rank[rank_]);
     PHV_CHECK_ARG(r.bytes() == sum(bytes_per_rank), "recv has ", r.bytes(), " bytes but bytes_per_rank sums to ",
                   sum(bytes_per_rank));
-    run([&](TcpBackend& be) { phv::allgatherv(be.world(), s.data(), r.data(), bytes_per_rank, be.tuning(), deadline); });
+    run([&](TcpBackend& be) {
+      phv::allgatherv(be.world(), s.data(), r.data(), bytes_per_rank, be.tuning(), deadline);
+    });
   }
 
   void broadcast(py::object buf, int root, double timeout_s) {
@@ -101,8 +103,10 @@ class Communicator {
                   recv_bytes.size());
     BufferView s(send.ptr(), BufferAccess::READ, "send");
     BufferView r(recv.ptr(), BufferAccess::WRITE, "recv");
-    PHV_CHECK_ARG(s.bytes() == sum(send_bytes), "send has ", s.bytes(), " bytes but send_bytes sums to ", sum(send_bytes));
-    PHV_CHECK_ARG(r.bytes() == sum(recv_bytes), "recv has ", r.bytes(), " bytes but recv_bytes sums to ", sum(recv_bytes));
+    PHV_CHECK_ARG(s.bytes() == sum(send_bytes), "send has ", s.bytes(), " bytes but send_bytes sums to ",
+                  sum(send_bytes));
+    PHV_CHECK_ARG(r.bytes() == sum(recv_bytes), "recv has ", r.bytes(), " bytes but recv_bytes sums to ",
+                  sum(recv_bytes));
     run([&](TcpBackend& be) { phv::alltoallv(be.world(), s.data(), send_bytes, r.data(), recv_bytes, deadline); });
   }
 

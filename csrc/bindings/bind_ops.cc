@@ -52,7 +52,8 @@ void* host_pointer(py::handle obj, BufferAccess access) {
     return const_cast<void*>(arr.data());
   }
   Py_buffer view;
-  if (PyObject_GetBuffer(obj.ptr(), &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) throw py::error_already_set();
+  if (PyObject_GetBuffer(obj.ptr(), &view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0)
+    throw py::error_already_set();
   void* p = view.buf;
   PyBuffer_Release(&view);
   return p;
@@ -148,12 +149,10 @@ void register_ops(py::module_& m) {
           py::arg("output_ptr"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
           py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0,
           py::arg("device") = -1, py::arg("group") = 0, py::arg("group_size") = 0, py::arg("timeout_s") = 0.0,
-          py::arg("stream") = 0, py::arg("sumsq_in") = 0, py::arg("sumsq_out") = 0,
-          py::arg("fill_from") = 0)
+          py::arg("stream") = 0, py::arg("sumsq_in") = 0, py::arg("sumsq_out") = 0, py::arg("fill_from") = 0)
       .def("poll", &Engine::poll, py::arg("handle"))
       .def(
-          "wait", [](Engine& e, Handle h) { return call_interruptible([&] { return e.wait(h); }); },
-          py::arg("handle"))
+          "wait", [](Engine& e, Handle h) { return call_interruptible([&] { return e.wait(h); }); }, py::arg("handle"))
       // The synchronous fast path (pyhorovod's allreduce/broadcast/... without _async): positional
       // arguments only (keyword parsing costs microseconds), host buffers given as objects exposing the
       // buffer protocol (or raw int pointers), one GIL release for enqueue + wait.
@@ -176,12 +175,14 @@ void register_ops(py::module_& m) {
             r.process_set = process_set;
             return call_interruptible([&] { return e.run_sync(std::move(r), timeout_s); });
           },
-          py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
-          py::arg("output"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-          py::arg("process_set"), py::arg("timeout_s"))
+          py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input"), py::arg("output"),
+          py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("process_set"),
+          py::arg("timeout_s"))
       .def(
           "add_process_set",
-          [](Engine& e, const std::vector<int>& ranks) { return call_interruptible([&] { return e.add_process_set(ranks); }); },
+          [](Engine& e, const std::vector<int>& ranks) {
+            return call_interruptible([&] { return e.add_process_set(ranks); });
+          },
           py::arg("ranks"))
       .def(
           "remove_process_set", [](Engine& e, int id) { call_interruptible([&] { e.remove_process_set(id); }); },

@@ -99,20 +99,23 @@ void register_errors(py::module_& m) {
 }
 
 void register_codes(py::module_& m) {
-  const std::pair<const char*, DataType> dtypes[] = {
-      {"UINT8", DataType::UINT8},     {"INT8", DataType::INT8},         {"INT16", DataType::INT16},
-      {"INT32", DataType::INT32},     {"INT64", DataType::INT64},       {"FLOAT16", DataType::FLOAT16},
-      {"BFLOAT16", DataType::BFLOAT16}, {"FLOAT32", DataType::FLOAT32}, {"FLOAT64", DataType::FLOAT64},
-      {"BOOL", DataType::BOOL}};
+  const std::pair<const char*, DataType> dtypes[] = {{"UINT8", DataType::UINT8},       {"INT8", DataType::INT8},
+                                                     {"INT16", DataType::INT16},       {"INT32", DataType::INT32},
+                                                     {"INT64", DataType::INT64},       {"FLOAT16", DataType::FLOAT16},
+                                                     {"BFLOAT16", DataType::BFLOAT16}, {"FLOAT32", DataType::FLOAT32},
+                                                     {"FLOAT64", DataType::FLOAT64},   {"BOOL", DataType::BOOL}};
   for (const auto& d : dtypes) m.attr(d.first) = static_cast<int>(d.second);
-  const std::pair<const char*, ReduceOp> ops[] = {{"SUM", ReduceOp::SUM}, {"AVERAGE", ReduceOp::AVERAGE},
-                                                  {"MIN", ReduceOp::MIN}, {"MAX", ReduceOp::MAX},
+  const std::pair<const char*, ReduceOp> ops[] = {{"SUM", ReduceOp::SUM},         {"AVERAGE", ReduceOp::AVERAGE},
+                                                  {"MIN", ReduceOp::MIN},         {"MAX", ReduceOp::MAX},
                                                   {"PRODUCT", ReduceOp::PRODUCT}, {"ADASUM", ReduceOp::ADASUM}};
   for (const auto& o : ops) m.attr(o.first) = static_cast<int>(o.second);
-  const std::pair<const char*, OpType> types[] = {
-      {"ALLREDUCE", OpType::ALLREDUCE}, {"ALLGATHER", OpType::ALLGATHER},         {"BROADCAST", OpType::BROADCAST},
-      {"ALLTOALL", OpType::ALLTOALL},   {"REDUCESCATTER", OpType::REDUCESCATTER}, {"BARRIER", OpType::BARRIER},
-      {"JOIN", OpType::JOIN}};
+  const std::pair<const char*, OpType> types[] = {{"ALLREDUCE", OpType::ALLREDUCE},
+                                                  {"ALLGATHER", OpType::ALLGATHER},
+                                                  {"BROADCAST", OpType::BROADCAST},
+                                                  {"ALLTOALL", OpType::ALLTOALL},
+                                                  {"REDUCESCATTER", OpType::REDUCESCATTER},
+                                                  {"BARRIER", OpType::BARRIER},
+                                                  {"JOIN", OpType::JOIN}};
   for (const auto& t : types) m.attr(t.first) = static_cast<int>(t.second);
 }
 
@@ -151,7 +154,8 @@ void register_store(py::module_& m) {
              limits.max_connections = max_connections;
              return std::make_unique<TcpStoreServer>(host, port, std::string(secret), limits);
            }),
-           py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("max_value_bytes") = StoreLimits{}.max_value_bytes,
+           py::arg("host"), py::arg("port"), py::arg("secret"),
+           py::arg("max_value_bytes") = StoreLimits{}.max_value_bytes,
            py::arg("max_total_bytes") = StoreLimits{}.max_total_bytes,
            py::arg("handshake_s") = StoreLimits{}.handshake_s,
            py::arg("max_connections") = StoreLimits{}.max_connections)
@@ -164,19 +168,21 @@ void register_store(py::module_& m) {
              return call_interruptible([&] { return std::make_unique<TcpStoreClient>(host, port, s, timeout_s); });
            }),
            py::arg("host"), py::arg("port"), py::arg("secret"), py::arg("timeout_s"))
-      .def("set",
-           [](TcpStoreClient& s, const std::string& key, py::bytes value) {
-             std::string v(value);
-             py::gil_scoped_release release;
-             s.set(key, v);
-           },
-           py::arg("key"), py::arg("value"))
-      .def("get",
-           [](TcpStoreClient& s, const std::string& key, double timeout_s) {
-             std::string v = call_interruptible([&] { return s.get(key, timeout_s); });
-             return py::bytes(v);
-           },
-           py::arg("key"), py::arg("timeout_s"))
+      .def(
+          "set",
+          [](TcpStoreClient& s, const std::string& key, py::bytes value) {
+            std::string v(value);
+            py::gil_scoped_release release;
+            s.set(key, v);
+          },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "get",
+          [](TcpStoreClient& s, const std::string& key, double timeout_s) {
+            std::string v = call_interruptible([&] { return s.get(key, timeout_s); });
+            return py::bytes(v);
+          },
+          py::arg("key"), py::arg("timeout_s"))
       .def("add", &TcpStoreClient::add, py::arg("key"), py::arg("delta"), py::call_guard<py::gil_scoped_release>())
       .def(
           "wait",

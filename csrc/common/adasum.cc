@@ -124,18 +124,18 @@ AdasumKernels adasum_kernels(DataType dt) {
     case DataType::BFLOAT16:
       return avx2 ? AdasumKernels{&half_dots_avx2<Bf16Conv>, &half_combine_avx2<Bf16Conv>}
                   : AdasumKernels{&half_dots_plain<Bf16Conv>, &half_combine_plain<Bf16Conv>};
-    default:
-      break;
+    default: break;
   }
-  throw_error(ErrorKind::INVALID_ARGUMENT, "Adasum is defined for float16, bfloat16, float32 and float64 "
-              "tensors, not ", dtype_name(dt));
+  throw_error(ErrorKind::INVALID_ARGUMENT,
+              "Adasum is defined for float16, bfloat16, float32 and float64 "
+              "tensors, not ",
+              dtype_name(dt));
 }
 
 }  // namespace
 
 bool adasum_dtype(DataType dt) {
-  return dt == DataType::FLOAT16 || dt == DataType::BFLOAT16 || dt == DataType::FLOAT32 ||
-         dt == DataType::FLOAT64;
+  return dt == DataType::FLOAT16 || dt == DataType::BFLOAT16 || dt == DataType::FLOAT32 || dt == DataType::FLOAT64;
 }
 
 void adasum_dots(const void* mine, const void* theirs, size_t n, DataType dt, AdasumDots& dots) {

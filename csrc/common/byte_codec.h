@@ -17,13 +17,21 @@ namespace byte_codec_detail {
 template <size_t N>
 struct UnsignedOfSize;
 template <>
-struct UnsignedOfSize<1> { using type = uint8_t; };
+struct UnsignedOfSize<1> {
+  using type = uint8_t;
+};
 template <>
-struct UnsignedOfSize<2> { using type = uint16_t; };
+struct UnsignedOfSize<2> {
+  using type = uint16_t;
+};
 template <>
-struct UnsignedOfSize<4> { using type = uint32_t; };
+struct UnsignedOfSize<4> {
+  using type = uint32_t;
+};
 template <>
-struct UnsignedOfSize<8> { using type = uint64_t; };
+struct UnsignedOfSize<8> {
+  using type = uint64_t;
+};
 
 template <typename T>
 using Bits = typename UnsignedOfSize<sizeof(T)>::type;

@@ -14,7 +14,12 @@
 namespace phv {
 
 enum class ErrorKind : int {
-  INTERNAL = 0, INVALID_ARGUMENT = 1, TIMEOUT = 2, PEER_LOST = 3, SHUTDOWN = 4, INTERRUPTED = 5
+  INTERNAL = 0,
+  INVALID_ARGUMENT = 1,
+  TIMEOUT = 2,
+  PEER_LOST = 3,
+  SHUTDOWN = 4,
+  INTERRUPTED = 5
 };
 
 // The peer of an error that blames no peer in particular (a bad argument, an interrupt, a poll failure).
@@ -51,7 +56,9 @@ template <typename... Parts>
   throw HvdError(kind, error_text(parts...), peer);
 }
 
-#define PHV_CHECK_ARG(cond, ...) \
-  do { if (!(cond)) ::phv::throw_error(::phv::ErrorKind::INVALID_ARGUMENT, __VA_ARGS__); } while (0)
+#define PHV_CHECK_ARG(cond, ...)                                                      \
+  do {                                                                                \
+    if (!(cond)) ::phv::throw_error(::phv::ErrorKind::INVALID_ARGUMENT, __VA_ARGS__); \
+  } while (0)
 
 }  // namespace phv

@@ -16,7 +16,10 @@ float half_to_float(uint16_t h) {
       bits = sign;
     } else {  // subnormal: value = mant * 2^-24; shift until the implicit bit (bit 10) appears
       int e = -1;
-      do { mant <<= 1; ++e; } while ((mant & 0x400u) == 0);
+      do {
+        mant <<= 1;
+        ++e;
+      } while ((mant & 0x400u) == 0);
       bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 31) {

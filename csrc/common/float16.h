@@ -30,8 +30,8 @@ PHV_INLINE uint16_t bf16_round(uint32_t u) {
 
 inline bool cpu_has_avx2() {
   // Immutable after the first (thread-safe) initialisation.
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("fma");
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   return has;
 }
 

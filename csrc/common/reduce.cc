@@ -33,13 +33,15 @@ template <class T>
 using WideU = std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>>;
 
 struct OpSum {
-  template <class T> static PHV_INLINE T apply(T a, T b) {
+  template <class T>
+  static PHV_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) return static_cast<T>(WideU<T>(a) + WideU<T>(b));
     else return a + b;
   }
 };
 struct OpProd {
-  template <class T> static PHV_INLINE T apply(T a, T b) {
+  template <class T>
+  static PHV_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) return static_cast<T>(WideU<T>(a) * WideU<T>(b));
     else return a * b;
   }
@@ -47,14 +49,16 @@ struct OpProd {
 // MIN/MAX propagate NaN as torch.minimum/maximum do: if either operand is NaN the result is NaN.
 // Written as selects so that they vectorise (minps alone would drop a NaN in the first operand).
 struct OpMin {
-  template <class T> static PHV_INLINE T apply(T a, T b) {
+  template <class T>
+  static PHV_INLINE T apply(T a, T b) {
     T r = b < a ? b : a;
     if constexpr (std::is_floating_point_v<T>) r = (b != b) ? b : r;
     return r;
   }
 };
 struct OpMax {
-  template <class T> static PHV_INLINE T apply(T a, T b) {
+  template <class T>
+  static PHV_INLINE T apply(T a, T b) {
     T r = a < b ? b : a;
     if constexpr (std::is_floating_point_v<T>) r = (b != b) ? b : r;
     return r;
@@ -82,7 +86,6 @@ template <class T, class Op>
 PHV_INLINE void to_loop(T* __restrict o, const T* __restrict a, const T* __restrict b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = Op::apply(a[i], b[i]);
 }
-
 
 // out = op(a, b) for 16-bit floats; out may alias a or b (each block is read fully before it is written).
 template <class Conv, class Op>
@@ -121,9 +124,7 @@ struct Plain<T, Op, false> {
 template <class T, class Op>
 struct Plain<T, Op, true> {
   PHV_AVX2 static void into(void* d, const void* s, size_t n) { into_loop<T, Op>((T*)d, (const T*)s, n); }
-  PHV_AVX2 static void into_rev(void* d, const void* s, size_t n) {
-    into_rev_loop<T, Op>((T*)d, (const T*)s, n);
-  }
+  PHV_AVX2 static void into_rev(void* d, const void* s, size_t n) { into_rev_loop<T, Op>((T*)d, (const T*)s, n); }
   PHV_AVX2 static void to(void* o, const void* a, const void* b, size_t n) {
     to_loop<T, Op>((T*)o, (const T*)a, (const T*)b, n);
   }
@@ -157,7 +158,9 @@ struct Half<Conv, Op, true> {
 };
 
 template <class K>
-Kernels kernels_of() { return Kernels{&K::into, &K::into_rev, &K::to}; }
+Kernels kernels_of() {
+  return Kernels{&K::into, &K::into_rev, &K::to};
+}
 
 template <class T, bool kAvx2>
 Kernels numeric_kernels(ReduceOp op) {
@@ -201,8 +204,10 @@ Kernels select_kernels(DataType dt, ReduceOp op) {
       else return half_kernels<HalfSoftConv, false>(op);
     case DataType::BOOL:
       switch (op) {
-        case ReduceOp::SUM: case ReduceOp::MAX: return kernels_of<Plain<uint8_t, OpOr, kAvx2>>();
-        case ReduceOp::MIN: case ReduceOp::PRODUCT: return kernels_of<Plain<uint8_t, OpAnd, kAvx2>>();
+        case ReduceOp::SUM:
+        case ReduceOp::MAX: return kernels_of<Plain<uint8_t, OpOr, kAvx2>>();
+        case ReduceOp::MIN:
+        case ReduceOp::PRODUCT: return kernels_of<Plain<uint8_t, OpAnd, kAvx2>>();
         default: break;
       }
       throw_error(ErrorKind::INVALID_ARGUMENT, "reduce: unsupported op ", reduce_op_name(op), " for bool");
@@ -220,9 +225,13 @@ PHV_INLINE void sum_scale_loop(T* __restrict d, const T* __restrict s, size_t n,
   for (size_t i = 0; i < n; ++i) d[i] = (d[i] + s[i]) * f;
 }
 template <class T>
-void sum_scale_plain(T* d, const T* s, size_t n, T f) { sum_scale_loop(d, s, n, f); }
+void sum_scale_plain(T* d, const T* s, size_t n, T f) {
+  sum_scale_loop(d, s, n, f);
+}
 template <class T>
-PHV_AVX2 void sum_scale_avx2(T* d, const T* s, size_t n, T f) { sum_scale_loop(d, s, n, f); }
+PHV_AVX2 void sum_scale_avx2(T* d, const T* s, size_t n, T f) {
+  sum_scale_loop(d, s, n, f);
+}
 
 template <class T>
 void sum_scale(void* d, const void* s, size_t n, T f) {

@@ -26,10 +26,14 @@ PHV_INLINE double sumsq_loop(const T* __restrict x, size_t n) {
 }
 
 template <class T>
-double sumsq_base(const T* x, size_t n) { return sumsq_loop(x, n); }
+double sumsq_base(const T* x, size_t n) {
+  return sumsq_loop(x, n);
+}
 
 template <class T>
-__attribute__((target("avx2,fma"))) double sumsq_avx2(const T* x, size_t n) { return sumsq_loop(x, n); }
+__attribute__((target("avx2,fma"))) double sumsq_avx2(const T* x, size_t n) {
+  return sumsq_loop(x, n);
+}
 
 }  // namespace
 

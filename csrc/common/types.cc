@@ -6,10 +6,16 @@ namespace phv {
 
 size_t dtype_size(DataType dt) {
   switch (dt) {
-    case DataType::UINT8: case DataType::INT8: case DataType::BOOL: return 1;
-    case DataType::INT16: case DataType::FLOAT16: case DataType::BFLOAT16: return 2;
-    case DataType::INT32: case DataType::FLOAT32: return 4;
-    case DataType::INT64: case DataType::FLOAT64: return 8;
+    case DataType::UINT8:
+    case DataType::INT8:
+    case DataType::BOOL: return 1;
+    case DataType::INT16:
+    case DataType::FLOAT16:
+    case DataType::BFLOAT16: return 2;
+    case DataType::INT32:
+    case DataType::FLOAT32: return 4;
+    case DataType::INT64:
+    case DataType::FLOAT64: return 8;
   }
   return 0;  // unknown value (a cast from a bad int): callers validate against 0
 }

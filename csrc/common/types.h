@@ -10,8 +10,16 @@ namespace phv {
 
 // Numbering is part of the Python binding contract (pyhorovod/_core.pyi): do not reorder.
 enum class DataType : int {
-  UINT8 = 0, INT8 = 1, INT16 = 2, INT32 = 3, INT64 = 4,
-  FLOAT16 = 5, BFLOAT16 = 6, FLOAT32 = 7, FLOAT64 = 8, BOOL = 9,
+  UINT8 = 0,
+  INT8 = 1,
+  INT16 = 2,
+  INT32 = 3,
+  INT64 = 4,
+  FLOAT16 = 5,
+  BFLOAT16 = 6,
+  FLOAT32 = 7,
+  FLOAT64 = 8,
+  BOOL = 9,
 };
 
 // AVERAGE is SUM followed by a postscale of 1/size (done by the engine, not by kernels). ADASUM is not
@@ -19,7 +27,13 @@ enum class DataType : int {
 enum class ReduceOp : int { SUM = 0, AVERAGE = 1, MIN = 2, MAX = 3, PRODUCT = 4, ADASUM = 5 };
 
 enum class OpType : int {
-  ALLREDUCE = 0, ALLGATHER = 1, BROADCAST = 2, ALLTOALL = 3, REDUCESCATTER = 4, BARRIER = 5, JOIN = 6,
+  ALLREDUCE = 0,
+  ALLGATHER = 1,
+  BROADCAST = 2,
+  ALLTOALL = 3,
+  REDUCESCATTER = 4,
+  BARRIER = 5,
+  JOIN = 6,
 };
 
 size_t dtype_size(DataType dt);

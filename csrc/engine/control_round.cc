@@ -49,12 +49,8 @@ bool ControlRound::step(Step how, Deadline deadline) {
     drive(deadline);
   }
   switch (stage_) {
-    case Stage::GATHER_HEADS:
-      gather_tails();
-      return false;
-    case Stage::GATHER_TAILS:
-      decide_and_broadcast();
-      return false;
+    case Stage::GATHER_HEADS: gather_tails(); return false;
+    case Stage::GATHER_TAILS: decide_and_broadcast(); return false;
     case Stage::REPLY_HEAD:
       if (receive_reply_tail()) return false;
       [[fallthrough]];
@@ -63,11 +59,8 @@ bool ControlRound::step(Step how, Deadline deadline) {
       resolve_items(resp_, cache_);
       stage_ = Stage::DONE;
       return true;
-    case Stage::BROADCAST:
-      stage_ = Stage::DONE;
-      return true;
-    default:
-      return stage_ == Stage::DONE;
+    case Stage::BROADCAST: stage_ = Stage::DONE; return true;
+    default: return stage_ == Stage::DONE;
   }
 }
 

@@ -112,8 +112,8 @@ bool shapes_agree(const Desc& a, const Desc& b) {
 template <typename T>
 std::string pair_msg(const char* what, int ra, const T& va, int rb, const T& vb, const char* verb = "sent") {
   std::ostringstream out;
-  out << "Mismatched " << what << ": rank " << ra << " " << verb << " " << va << ", rank " << rb << " " << verb
-      << " " << vb;
+  out << "Mismatched " << what << ": rank " << ra << " " << verb << " " << va << ", rank " << rb << " " << verb << " "
+      << vb;
   return out.str();
 }
 
@@ -121,8 +121,8 @@ std::string pair_msg(const char* what, int ra, const T& va, int rb, const T& vb,
 
 std::string compare_descs(const Desc& a, int ra, const Desc& b, int rb) {
   if (a.kind != b.kind) {
-    return pair_msg("collective operations", ra, std::string(kind_name(a.kind)), rb,
-                    std::string(kind_name(b.kind)), "requested");
+    return pair_msg("collective operations", ra, std::string(kind_name(a.kind)), rb, std::string(kind_name(b.kind)),
+                    "requested");
   }
   const char* op = kind_name(a.kind);
   if (is_set_change(a.kind)) {

@@ -75,16 +75,22 @@ Engine::Engine(const EngineOptions& options) : impl_(new Impl) {
 
 Engine::~Engine() { shutdown(); }
 
-Handle Engine::enqueue(Request request, double timeout_s) { return impl_->core->enqueue(std::move(request), timeout_s); }
+Handle Engine::enqueue(Request request, double timeout_s) {
+  return impl_->core->enqueue(std::move(request), timeout_s);
+}
 bool Engine::poll(Handle handle) { return impl_->core->poll(handle); }
 int64_t Engine::auto_name_floor(const std::string& prefix) const { return impl_->core->auto_name_floor(prefix); }
 Result Engine::wait(Handle handle) { return impl_->core->wait(handle); }
-Result Engine::run_sync(Request request, double timeout_s) { return impl_->core->run_sync(std::move(request), timeout_s); }
+Result Engine::run_sync(Request request, double timeout_s) {
+  return impl_->core->run_sync(std::move(request), timeout_s);
+}
 int Engine::add_process_set(const std::vector<int>& ranks) { return impl_->core->add_process_set(ranks); }
 void Engine::remove_process_set(int id) { impl_->core->remove_process_set(id); }
 std::vector<int> Engine::process_set_ranks(int id) const { return impl_->core->process_set_ranks(id); }
 std::vector<int> Engine::process_set_ids() const { return impl_->core->process_set_ids(); }
-void Engine::start_timeline(const std::string& path, bool mark_cycles) { impl_->core->start_timeline(path, mark_cycles); }
+void Engine::start_timeline(const std::string& path, bool mark_cycles) {
+  impl_->core->start_timeline(path, mark_cycles);
+}
 void Engine::stop_timeline() { impl_->core->stop_timeline(); }
 void Engine::set_knobs(const EngineKnobs& knobs) { impl_->core->set_knobs(knobs); }
 const Hierarchy& Engine::hierarchy() const { return impl_->core->hierarchy(); }

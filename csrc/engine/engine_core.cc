@@ -21,8 +21,12 @@ double shutdown_bound_s(const EngineOptions& o) { return std::max(1.0, std::min(
 }  // namespace
 
 EngineCore::EngineCore(Transport& transport, const Tuning& tuning, const EngineOptions& options)
-    : options_(options), rank_(transport.rank()), size_(transport.size()), callers_(transport.rank()),
-      sets_(&transport, transport.size(), transport.rank()), cache_(options.cache_capacity),
+    : options_(options),
+      rank_(transport.rank()),
+      size_(transport.size()),
+      callers_(transport.rank()),
+      sets_(&transport, transport.size(), transport.rank()),
+      cache_(options.cache_capacity),
       round_(transport, sets_, cache_, timeline_, options_, gpu_backend_built()),
       runner_(rank_, size_, tuning, options_, sets_, cache_, timeline_, callers_, abort_) {
   PHV_CHECK_ARG(options.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got ", options.cycle_time_ms);
@@ -63,10 +67,9 @@ EngineCore::~EngineCore() {
 Handle EngineCore::submit(const OpPtr& op, Caller caller) {
   std::lock_guard<std::mutex> lock(callers_.mutex());
   if (!pacing_.running()) {
-    throw HvdError(ErrorKind::SHUTDOWN, "rank " + std::to_string(rank_) + ": cannot run " +
-                                            kind_name(op->desc.kind) + " '" + op->desc.name + "': " +
-                                            (pacing_.stop_reason.empty() ? "pyhorovod has been shut down"
-                                                                         : pacing_.stop_reason));
+    throw HvdError(ErrorKind::SHUTDOWN,
+                   "rank " + std::to_string(rank_) + ": cannot run " + kind_name(op->desc.kind) + " '" + op->desc.name +
+                       "': " + (pacing_.stop_reason.empty() ? "pyhorovod has been shut down" : pacing_.stop_reason));
   }
   callers_.admit(op);
   // Wake the background thread on the first enqueue of a burst only: it takes the whole queue. A
@@ -81,8 +84,8 @@ Handle EngineCore::enqueue(Request request, double timeout_s) {
   OpPtr op = make_op(std::move(request), timeout_s);
   const NormTap& tap = op->req.norm_tap;
   if (tap.sumsq_in == nullptr && tap.fill_from == nullptr) return submit(op);
-  double input_sumsq = tap.before_queue(op->req.input, op->req.output, static_cast<size_t>(op->desc.count()),
-                                        op->req.dtype);
+  double input_sumsq =
+      tap.before_queue(op->req.input, op->req.output, static_cast<size_t>(op->desc.count()), op->req.dtype);
   Handle h = submit(op);
   tap.accepted(input_sumsq);
   return h;
@@ -128,9 +131,9 @@ Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle
   PHV_CHECK_ARG(op != nullptr, "unknown handle ", handle, " (already waited for?)");
   // The engine resolves every request by its deadline (a TIMEOUT verdict at worst); the margin only
   // guards against a stuck engine thread, so that no caller ever waits forever.
-  Deadline limit = op->deadline + std::chrono::seconds(30) +
-                   std::chrono::duration_cast<Clock::duration>(
-                       std::chrono::duration<double>(shutdown_bound_s(options_)));
+  Deadline limit =
+      op->deadline + std::chrono::seconds(30) +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(shutdown_bound_s(options_)));
   // Fast path: rather than hand the request to the background thread and sleep until it is done (two
   // thread wake-ups per request), the caller runs the rounds itself while its request is pending, when
   // the round token is free; whoever holds the token wakes the waiting callers after each round.
@@ -156,8 +159,8 @@ Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle
         abort_ = true;  // the round-token holder stops the engine at its next check
         --pacing_.callers_waiting;
         callers_.forget(handle);
-        throw HvdError(ErrorKind::INTERRUPTED, "rank " + std::to_string(rank_) + ": the wait for " + op->label() +
-                                                   " was interrupted");
+        throw HvdError(ErrorKind::INTERRUPTED,
+                       "rank " + std::to_string(rank_) + ": the wait for " + op->label() + " was interrupted");
       }
     }
     if (timed_out && !op->done && Clock::now() >= limit) {
@@ -221,8 +224,8 @@ bool EngineCore::shutdown() {
     work_cv_.notify_all();
   }
   std::unique_lock<std::mutex> lock(callers_.mutex());
-  bool exited = exit_cv_.wait_until(lock, deadline_after(shutdown_bound_s(options_)),
-                                    [&] { return pacing_.thread_exited; });
+  bool exited =
+      exit_cv_.wait_until(lock, deadline_after(shutdown_bound_s(options_)), [&] { return pacing_.thread_exited; });
   if (!exited) {
     pacing_.life = EngineLife::STOPPED;
     if (pacing_.stop_reason.empty()) {

@@ -145,24 +145,15 @@ void Executor::dispatch(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   spans(timeline_, unit, op_span, Edge::BEGIN);
   const UnitEntry& e = unit.front();
   switch (kind) {
-    case OpType::ALLGATHER:
-      allgather(backend, gpu, comm, e, ctx);
-      break;
+    case OpType::ALLGATHER: allgather(backend, gpu, comm, e, ctx); break;
     case OpType::BROADCAST:
       backend.broadcast(comm, e.op->req.input, e.op->req.output, d.bytes(), d.root, ctx);
       e.op->result.output_shape = d.shape;
       break;
-    case OpType::ALLTOALL:
-      alltoall(backend, gpu, comm, e, ctx);
-      break;
-    case OpType::REDUCESCATTER:
-      reducescatter(backend, comm, e, ctx);
-      break;
-    case OpType::BARRIER:
-      backend.barrier(comm, ctx);
-      break;
-    default:
-      PHV_ENFORCE_FAIL("engine cannot run a ", kind_name(d.kind), " request");
+    case OpType::ALLTOALL: alltoall(backend, gpu, comm, e, ctx); break;
+    case OpType::REDUCESCATTER: reducescatter(backend, comm, e, ctx); break;
+    case OpType::BARRIER: backend.barrier(comm, ctx); break;
+    default: PHV_ENFORCE_FAIL("engine cannot run a ", kind_name(d.kind), " request");
   }
   spans(timeline_, unit, op_span, Edge::END);
 }
@@ -218,8 +209,7 @@ void Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   res.received_splits = std::move(plan.recv_splits);
 }
 
-void Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e,
-                             const CallContext& ctx) {
+void Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e, const CallContext& ctx) {
   const Desc& d = *e.agreed;
   int n = comm.size();
   int64_t dim0 = d.shape[0];

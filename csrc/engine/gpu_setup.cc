@@ -10,13 +10,13 @@ void GpuSetup::check(const Request& request) {
   // joined ranks, host-side copies) assume host memory.
   PHV_CHECK_ARG(request.dtype != DataType::INT16, op_type_name(request.type), " '", request.name,
                 "': int16 CUDA tensors are not supported (NCCL has no int16)");
-  PHV_CHECK_ARG(request.type != OpType::BROADCAST || request.input == request.output, "broadcast '",
-                request.name, "': CUDA tensors are broadcast in place (input must equal output)");
+  PHV_CHECK_ARG(request.type != OpType::BROADCAST || request.input == request.output, "broadcast '", request.name,
+                "': CUDA tensors are broadcast in place (input must equal output)");
   std::lock_guard<std::mutex> lock(mu_);
   if (gpu_) {
-    PHV_CHECK_ARG(request.device == device_, op_type_name(request.type), " '", request.name, "': rank ",
-                  rank_, " runs its CUDA collectives on cuda:", device_, ", got a tensor on cuda:",
-                  request.device, " (one device per process)");
+    PHV_CHECK_ARG(request.device == device_, op_type_name(request.type), " '", request.name, "': rank ", rank_,
+                  " runs its CUDA collectives on cuda:", device_, ", got a tensor on cuda:", request.device,
+                  " (one device per process)");
     return;
   }
   if (!factory_) {

@@ -95,9 +95,9 @@ Hierarchy setup_hierarchy(const Comm& world, const HierarchySetup& setup, const 
   h.model.local = fit_ring(L, s1, t[2], s2, t[3]);
   h.model.cross = fit_ring(tl.hosts, s1 / L, t[4], s2 / L, t[5]);
   log(LogLevel::INFO, "hierarchy: ", tl.hosts, " hosts x ", L, " ranks; flat alpha ", h.model.flat.alpha_s * 1e6,
-      " us beta ", h.model.flat.beta_bytes_per_s / 1e6, " MB/s; local alpha ", h.model.local.alpha_s * 1e6,
-      " us beta ", h.model.local.beta_bytes_per_s / 1e6, " MB/s; cross alpha ", h.model.cross.alpha_s * 1e6,
-      " us beta ", h.model.cross.beta_bytes_per_s / 1e6, " MB/s");
+      " us beta ", h.model.flat.beta_bytes_per_s / 1e6, " MB/s; local alpha ", h.model.local.alpha_s * 1e6, " us beta ",
+      h.model.local.beta_bytes_per_s / 1e6, " MB/s; cross alpha ", h.model.cross.alpha_s * 1e6, " us beta ",
+      h.model.cross.beta_bytes_per_s / 1e6, " MB/s");
   return h;
 }
 

@@ -18,7 +18,8 @@ void append_inline(RankMessage& m, int pos, const Op& op) {
   size_t bytes = op.desc.bytes();
   rec.data.resize(bytes);
   std::memcpy(rec.data.data(), op.req.input, bytes);
-  if (op.desc.prescale != 1.0) scale_buffer(rec.data.data(), static_cast<size_t>(op.desc.count()), op.desc.dtype, op.desc.prescale);
+  if (op.desc.prescale != 1.0)
+    scale_buffer(rec.data.data(), static_cast<size_t>(op.desc.count()), op.desc.dtype, op.desc.prescale);
 }
 
 namespace {

@@ -183,8 +183,8 @@ void decode_response_list(const uint8_t* data, size_t len, ResponseList& l) {
       it.desc.set = r.get<int32_t>();
       r.get_string(it.desc.name);
       uint8_t kind = r.get<uint8_t>();
-      it.error_kind = kind <= static_cast<uint8_t>(ErrorKind::SHUTDOWN) ? static_cast<ErrorKind>(kind)
-                                                                         : ErrorKind::INTERNAL;
+      it.error_kind =
+          kind <= static_cast<uint8_t>(ErrorKind::SHUTDOWN) ? static_cast<ErrorKind>(kind) : ErrorKind::INTERNAL;
       r.get_string(it.message);
     } else {
       PHV_ENFORCE_FAIL("corrupt engine negotiation message: item type ", int(it.type));

@@ -58,7 +58,13 @@ struct RankMessage {
   std::vector<InlineData> inlines;
   size_t n_inlines = 0;
 
-  void clear() { flags = 0; bits.clear(); n_news = 0; n_expiries = 0; n_inlines = 0; }
+  void clear() {
+    flags = 0;
+    bits.clear();
+    n_news = 0;
+    n_expiries = 0;
+    n_inlines = 0;
+  }
   Desc& add_new();
   Expiry& add_expiry();
   InlineData& add_inline();
@@ -93,7 +99,13 @@ struct ResponseList {
   std::vector<ResponseItem> items;  // first n valid
   size_t n = 0;
 
-  void clear() { flags = 0; join_value = -1; shutdown_rank = -1; shutdown_reason.clear(); n = 0; }
+  void clear() {
+    flags = 0;
+    join_value = -1;
+    shutdown_rank = -1;
+    shutdown_reason.clear();
+    n = 0;
+  }
   ResponseItem& add();
 };
 

@@ -26,11 +26,16 @@ const uint8_t kAllreduce = static_cast<uint8_t>(OpType::ALLREDUCE);
 
 Coordinator::Coordinator(int world, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
                          const EngineOptions& options, bool gpu_built)
-    : world_(world), sets_(sets), cache_(cache), timeline_(timeline),
-      fusion_threshold_(options.fusion_threshold_bytes), fusion_max_tensor_(options.fusion_max_tensor_bytes),
+    : world_(world),
+      sets_(sets),
+      cache_(cache),
+      timeline_(timeline),
+      fusion_threshold_(options.fusion_threshold_bytes),
+      fusion_max_tensor_(options.fusion_max_tensor_bytes),
       gpu_built_(gpu_built),
       stall_(options.stall_check_s, options.stall_shutdown_s, options.stall_check_disable),
-      joined_(static_cast<size_t>(world), 0), join_order_(static_cast<size_t>(world), 0) {}
+      joined_(static_cast<size_t>(world), 0),
+      join_order_(static_cast<size_t>(world), 0) {}
 
 void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out) {
   Clock::time_point now = Clock::now();
@@ -132,8 +137,8 @@ void Coordinator::take_expiries(const std::vector<RankMessage>& msgs, Clock::tim
       }
     }
     std::ostringstream msg;
-    msg << label(x.kind, x.key) << " timed out after " << x.waited_s << " s (request #" << x.request_seq
-        << " on rank " << expiry_rank_[i] << "): ";
+    msg << label(x.kind, x.key) << " timed out after " << x.waited_s << " s (request #" << x.request_seq << " on rank "
+        << expiry_rank_[i] << "): ";
     if (missing.empty()) {
       msg << "every rank had submitted it, but it did not run before the deadline";
     } else {

@@ -24,5 +24,4 @@ using OutputBytes = std::shared_ptr<std::vector<uint8_t>>;
 // bytes of output memory: contents unspecified (a reused buffer keeps old bytes; the caller overwrites).
 OutputBytes take_output_buffer(size_t bytes);
 
-
 }  // namespace phv

@@ -32,10 +32,10 @@ std::vector<int> ProcessSetRegistry::normalise(const std::vector<int>& ranks) co
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   for (size_t i = 0; i < sorted.size(); ++i) {
-    PHV_CHECK_ARG(sorted[i] >= 0 && sorted[i] < world_size_, "process set ranks ", ranks_str(ranks),
-                  ": rank ", sorted[i], " is out of range [0, ", world_size_, ")");
-    PHV_CHECK_ARG(i == 0 || sorted[i] != sorted[i - 1], "process set ranks ", ranks_str(ranks), ": rank ",
-                  sorted[i], " appears twice");
+    PHV_CHECK_ARG(sorted[i] >= 0 && sorted[i] < world_size_, "process set ranks ", ranks_str(ranks), ": rank ",
+                  sorted[i], " is out of range [0, ", world_size_, ")");
+    PHV_CHECK_ARG(i == 0 || sorted[i] != sorted[i - 1], "process set ranks ", ranks_str(ranks), ": rank ", sorted[i],
+                  " appears twice");
   }
   return sorted;
 }

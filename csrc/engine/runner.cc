@@ -19,8 +19,15 @@ constexpr double kRoundGraceS = 1.0;
 
 Runner::Runner(int rank, int size, const Tuning& tuning, const EngineOptions& options, ProcessSetRegistry& sets,
                ResponseCache& cache, Timeline& timeline, Callers& callers, std::atomic<bool>& abort)
-    : rank_(rank), options_(options), sets_(sets), cache_(cache), timeline_(timeline), callers_(callers),
-      abort_(abort), executor_(tuning, timeline), gpu_(rank, size, options, executor_) {
+    : rank_(rank),
+      options_(options),
+      sets_(sets),
+      cache_(cache),
+      timeline_(timeline),
+      callers_(callers),
+      abort_(abort),
+      executor_(tuning, timeline),
+      gpu_(rank, size, options, executor_) {
   // The stall inspector's limits, applied to bytes in flight too (transfer_watch.h).
   double warn_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_check_s);
   double fail_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_shutdown_s);
@@ -60,9 +67,9 @@ bool Runner::build_message(bool stop_asked, Deadline& round_deadline) {
   if (stop_asked) msg_.flags |= kRankShutdown;
   if (join_op_) {
     if (now >= join_op_->deadline) {
-      fail(join_op_, ErrorKind::TIMEOUT, "rank " + std::to_string(rank_) + ": " + join_op_->label() +
-                                             " timed out after " + std::to_string(join_op_->timeout_s) +
-                                             " s: not every rank joined");
+      fail(join_op_, ErrorKind::TIMEOUT,
+           "rank " + std::to_string(rank_) + ": " + join_op_->label() + " timed out after " +
+               std::to_string(join_op_->timeout_s) + " s: not every rank joined");
       join_op_.reset();
     } else {
       msg_.flags |= kRankJoined;
@@ -78,8 +85,9 @@ bool Runner::build_message(bool stop_asked, Deadline& round_deadline) {
     }
     if (now >= op->deadline) {
       if (op->held) {  // never reported: the other ranks know nothing of it, so fail it here alone
-        fail(it->second, ErrorKind::TIMEOUT, "rank " + std::to_string(rank_) + ": " + op->label() +
-                                                 " timed out: its group was never completely enqueued");
+        fail(it->second, ErrorKind::TIMEOUT,
+             "rank " + std::to_string(rank_) + ": " + op->label() +
+                 " timed out: its group was never completely enqueued");
         it = pending_.erase(it);
         continue;
       }
@@ -161,8 +169,8 @@ ErrorKind Runner::stop_kind(ErrorKind transport_kind) {
 }
 
 void Runner::log_stats() const {
-  log(LogLevel::INFO, "engine stats: ", stats_.rounds, " rounds, ", stats_.cached, " cached responses, ",
-      stats_.full, " full responses, ", stats_.errors, " errors, ", stats_.units, " units run, ", stats_.fused,
+  log(LogLevel::INFO, "engine stats: ", stats_.rounds, " rounds, ", stats_.cached, " cached responses, ", stats_.full,
+      " full responses, ", stats_.errors, " errors, ", stats_.units, " units run, ", stats_.fused,
       " tensors in fused units, ", stats_.inlined, " reduced inline");
 }
 

@@ -206,8 +206,8 @@ void Runner::apply_set_change(const ResponseItem& item, Op* op) {
     cache_.erase_set(id);
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->first.set == id) {
-        fail(it->second, ErrorKind::INVALID_ARGUMENT, "rank " + std::to_string(rank_) + ": " +
-                                                          it->second->label() + " failed: its process set was removed");
+        fail(it->second, ErrorKind::INVALID_ARGUMENT,
+             "rank " + std::to_string(rank_) + ": " + it->second->label() + " failed: its process set was removed");
         it = pending_.erase(it);
       } else {
         ++it;

@@ -42,14 +42,13 @@ void StallInspector::consider(const Key& key, DescKind kind, double waited_s, co
   if (key.set != 0) what << " (process set " << key.set << ")";
   what << " waited " << static_cast<int64_t>(waited_s * 10) / 10.0 << " s for ranks [" << ranks_list(missing) << "]";
   if (shutdown_s_ > 0 && waited_s >= shutdown_s_ && shutdown_reason_.empty()) {
-    shutdown_reason_ = "stalled request exceeded HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                       std::to_string(shutdown_s_) + ": " + what.str();
+    shutdown_reason_ = "stalled request exceeded HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + std::to_string(shutdown_s_) +
+                       ": " + what.str();
   }
   if (check_s_ <= 0 || waited_s < check_s_) return;
   auto it = last_warned_.find(key);
   Clock::time_point now = Clock::now();
-  if (it != last_warned_.end() &&
-      std::chrono::duration<double>(now - it->second).count() < check_s_) {
+  if (it != last_warned_.end() && std::chrono::duration<double>(now - it->second).count() < check_s_) {
     return;  // warned recently: repeat at most once per check period
   }
   last_warned_[key] = now;

@@ -49,7 +49,8 @@ void write_all(int fd, const std::string& data) {
 
 std::string span_name(const char* prefix, DescKind kind) {
   std::string name = prefix;
-  for (const char* p = kind_name(kind); *p; ++p) name += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
+  for (const char* p = kind_name(kind); *p; ++p)
+    name += static_cast<char>(std::toupper(static_cast<unsigned char>(*p)));
   return name;
 }
 

@@ -46,9 +46,12 @@ Desc validate_request(const Request& req, int set_size) {
     }
     if (req.reduce_op == ReduceOp::ADASUM) {
       PHV_CHECK_ARG(req.type == OpType::ALLREDUCE, WHAT, ": op Adasum is an allreduce (and grouped allreduce) op");
-      PHV_CHECK_ARG(adasum_dtype(req.dtype), WHAT, ": op Adasum needs a float16, bfloat16, float32 or float64 "
-                    "tensor, not ", dtype_name(req.dtype));
-      PHV_CHECK_ARG(req.device < 0, WHAT, ": op Adasum runs on host tensors only (the NCCL path has no Adasum); "
+      PHV_CHECK_ARG(adasum_dtype(req.dtype), WHAT,
+                    ": op Adasum needs a float16, bfloat16, float32 or float64 "
+                    "tensor, not ",
+                    dtype_name(req.dtype));
+      PHV_CHECK_ARG(req.device < 0, WHAT,
+                    ": op Adasum runs on host tensors only (the NCCL path has no Adasum); "
                     "move the tensor to the CPU");
     }
   }
@@ -63,9 +66,7 @@ Desc validate_request(const Request& req, int set_size) {
                   WHAT, ": fill_from needs an in-place host float32 or float64 allreduce");
   }
   switch (req.type) {
-    case OpType::ALLREDUCE:
-      PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null");
-      break;
+    case OpType::ALLREDUCE: PHV_CHECK_ARG(count == 0 || req.output != nullptr, WHAT, ": output pointer is null"); break;
     case OpType::BROADCAST:
       PHV_CHECK_ARG(req.root >= 0 && req.root < set_size, WHAT, ": root rank ", req.root, " is out of range [0, ",
                     set_size, ")");
@@ -97,11 +98,9 @@ Desc validate_request(const Request& req, int set_size) {
       }
       break;
     }
-    default:
-      break;
+    default: break;
   }
-  PHV_CHECK_ARG(req.group == 0 || req.group_size >= 1, WHAT, ": group ", req.group, " has group_size ",
-                req.group_size);
+  PHV_CHECK_ARG(req.group == 0 || req.group_size >= 1, WHAT, ": group ", req.group, " has group_size ", req.group_size);
   if (req.group != 0) d.group_size = static_cast<int32_t>(req.group_size);
   return d;
 }

@@ -114,8 +114,8 @@ bool ServerHandshake::verify(const uint8_t* client_hello, HandshakeIdentity* pee
   return true;
 }
 
-HandshakeIdentity accept_handshake(int fd, const std::string& secret, const std::string& context,
-                                   HandshakeIdentity me, Deadline deadline, const std::string& who) {
+HandshakeIdentity accept_handshake(int fd, const std::string& secret, const std::string& context, HandshakeIdentity me,
+                                   Deadline deadline, const std::string& who) {
   ServerHandshake hs(secret, context, me);
   send_all(fd, hs.hello().data(), hs.hello().size(), deadline, who);
   uint8_t client[kClientHelloBytes];
@@ -128,9 +128,9 @@ HandshakeIdentity accept_handshake(int fd, const std::string& secret, const std:
   return peer;
 }
 
-HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std::string& context,
-                                    HandshakeIdentity me, HandshakeRole expected_role, int expected_rank,
-                                    Deadline deadline, const std::string& who) {
+HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std::string& context, HandshakeIdentity me,
+                                    HandshakeRole expected_role, int expected_rank, Deadline deadline,
+                                    const std::string& who) {
   uint8_t server[kServerHelloBytes];
   recv_all(fd, server, sizeof(server), deadline, who);
   HandshakeIdentity peer{};
@@ -138,8 +138,8 @@ HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std
   if (!parse_hello(server, &peer, &reason))
     throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: ", reason);
   if (peer.role != expected_role)
-    throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: it is a ", role_name(peer.role),
-                ", expected a ", role_name(expected_role));
+    throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: it is a ", role_name(peer.role), ", expected a ",
+                role_name(expected_role));
   if (expected_rank != -2 && peer.rank != expected_rank)
     throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: it says it is rank ", peer.rank,
                 ", expected rank ", expected_rank);
@@ -159,9 +159,10 @@ HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std
   std::string expect = mac(secret, "phv-server", context, server_hello, client_hello);
   if (!digest_equal(reinterpret_cast<const uint8_t*>(expect.data()), proof, 32)) {
     if (std::string(reinterpret_cast<char*>(proof), sizeof(proof)) == duplicate_rank_notice())
-      throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: it already has a connection from a "
-                  "process claiming to be rank ", me.rank, ", which is us: two processes claim rank ", me.rank,
-                  "; ", kDuplicateRankHint);
+      throw_error(ErrorKind::INTERNAL, "handshake with ", who,
+                  " failed: it already has a connection from a "
+                  "process claiming to be rank ",
+                  me.rank, ", which is us: two processes claim rank ", me.rank, "; ", kDuplicateRankHint);
     throw_error(ErrorKind::INTERNAL, "handshake with ", who, " failed: its proof does not match our secret");
   }
   return peer;

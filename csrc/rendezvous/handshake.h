@@ -49,14 +49,14 @@ class ServerHandshake {
 
 // Runs the acceptor's side on one non-blocking socket, blocking until the deadline. Throws HvdError
 // (INTERNAL for a bad peer, TIMEOUT, PEER_LOST) naming `who`.
-HandshakeIdentity accept_handshake(int fd, const std::string& secret, const std::string& context,
-                                   HandshakeIdentity me, Deadline deadline, const std::string& who);
+HandshakeIdentity accept_handshake(int fd, const std::string& secret, const std::string& context, HandshakeIdentity me,
+                                   Deadline deadline, const std::string& who);
 
 // Runs the connector's side. Checks the acceptor's role (and rank, unless expected_rank is -2). Throws
 // HvdError naming `who` on any failure, including a wrong secret.
-HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std::string& context,
-                                    HandshakeIdentity me, HandshakeRole expected_role, int expected_rank,
-                                    Deadline deadline, const std::string& who);
+HandshakeIdentity connect_handshake(int fd, const std::string& secret, const std::string& context, HandshakeIdentity me,
+                                    HandshakeRole expected_role, int expected_rank, Deadline deadline,
+                                    const std::string& who);
 
 // What an acceptor sends instead of its ServerProof when the connector proved the secret but claims a
 // rank that is already connected: "PHVD" and zeros (a proof that matches it is a 2^-256 chance). The

@@ -74,7 +74,9 @@ std::string sockaddr_text(const sockaddr_storage& ss) {
 
 struct AddrInfo {
   addrinfo* head = nullptr;
-  ~AddrInfo() { if (head) freeaddrinfo(head); }
+  ~AddrInfo() {
+    if (head) freeaddrinfo(head);
+  }
 };
 
 void resolve(const std::string& host, int port, bool passive, AddrInfo* out) {
@@ -116,7 +118,10 @@ Fd listen_tcp(const std::string& host, int port, int backlog) {
   int last_err = 0;
   for (addrinfo* a = ai.head; a; a = a->ai_next) {
     Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) { last_err = errno; continue; }
+    if (!fd.valid()) {
+      last_err = errno;
+      continue;
+    }
     int one = 1;
     setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), backlog) != 0) {
@@ -138,17 +143,29 @@ Fd connect_tcp(const std::string& host, int port, Deadline deadline, int buffer_
     resolve(host, port, false, &ai);
     for (addrinfo* a = ai.head; a; a = a->ai_next) {
       Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-      if (!fd.valid()) { last_err = errno; continue; }
+      if (!fd.valid()) {
+        last_err = errno;
+        continue;
+      }
       set_buffer_sizes(fd.get(), buffer_bytes);  // before connect, so the window scale is negotiated
       set_nonblocking(fd.get());
       int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
-      if (rc != 0 && errno != EINPROGRESS) { last_err = errno; continue; }
+      if (rc != 0 && errno != EINPROGRESS) {
+        last_err = errno;
+        continue;
+      }
       if (rc != 0) {
-        if (!wait_fd(fd.get(), POLLOUT, deadline)) { last_err = ETIMEDOUT; break; }
+        if (!wait_fd(fd.get(), POLLOUT, deadline)) {
+          last_err = ETIMEDOUT;
+          break;
+        }
         int err = 0;
         socklen_t len = sizeof(err);
         getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err != 0) { last_err = err; continue; }
+        if (err != 0) {
+          last_err = err;
+          continue;
+        }
       }
       set_nodelay(fd.get());
       return fd;
@@ -161,8 +178,8 @@ Fd connect_tcp(const std::string& host, int port, Deadline deadline, int buffer_
     }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
-  throw_error(ErrorKind::TIMEOUT, "could not connect to ", where, " before the deadline (last error: ",
-              errno_text(last_err), ")");
+  throw_error(ErrorKind::TIMEOUT, "could not connect to ", where,
+              " before the deadline (last error: ", errno_text(last_err), ")");
 }
 
 Fd accept_tcp(int listen_fd, std::string* peer, int buffer_bytes) {

@@ -98,8 +98,7 @@ StoreOutcome StoreState::handle(StoreClientId client, StoreRequest request, Dead
       out.kind = StoreOutcome::Kind::PARKED;
       return out;
     }
-    default:
-      return reject("unknown op " + std::to_string(op));
+    default: return reject("unknown op " + std::to_string(op));
   }
 }
 

@@ -32,15 +32,12 @@ void TcpStoreClient::connect_locked(Deadline deadline) {
   }
 }
 
-TcpStoreClient::Reply TcpStoreClient::call(uint32_t op, const std::vector<std::string>& keys,
-                                           const std::string& value, int64_t arg, Deadline deadline,
-                                           const std::string& what) {
+TcpStoreClient::Reply TcpStoreClient::call(uint32_t op, const std::vector<std::string>& keys, const std::string& value,
+                                           int64_t arg, Deadline deadline, const std::string& what) {
   std::string who = "store " + address();
-  for (const auto& k : keys)
-    PHV_CHECK_ARG(k.size() <= kStoreMaxKeyBytes, who, ": key too long (", k.size(), " bytes)");
+  for (const auto& k : keys) PHV_CHECK_ARG(k.size() <= kStoreMaxKeyBytes, who, ": key too long (", k.size(), " bytes)");
   std::string body = encode_request_body(keys, value);
-  PHV_CHECK_ARG(body.size() <= kStoreMaxBody && keys.size() <= kStoreMaxKeys, who, ": ", what,
-                ": request too large");
+  PHV_CHECK_ARG(body.size() <= kStoreMaxBody && keys.size() <= kStoreMaxKeys, who, ": ", what, ": request too large");
   std::string frame = make_frame(kRequestMagic, op, static_cast<uint32_t>(keys.size()), arg, body);
 
   std::lock_guard<std::mutex> lock(mu_);

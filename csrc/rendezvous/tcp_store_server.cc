@@ -56,7 +56,9 @@ struct TcpStoreServer::State {
   };
 
   explicit State(TcpStoreServer& s)
-      : server(s), kv(s.limits_), where(join_host_port(s.host_, s.port_)),
+      : server(s),
+        kv(s.limits_),
+        where(join_host_port(s.host_, s.port_)),
         warnings("store " + where, kWarningBurst, kWarningWindowSeconds) {}
 
   void run();
@@ -293,14 +295,9 @@ bool TcpStoreServer::State::take_request(Client& c) {
   c.admitted = false;
   StoreOutcome out = kv.handle(c.id, std::move(request), Clock::now());
   switch (out.kind) {
-    case StoreOutcome::Kind::REPLY:
-      send_reply(c, out.reply);
-      return true;
-    case StoreOutcome::Kind::PARKED:
-      c.waiting = true;
-      return true;
-    case StoreOutcome::Kind::REJECT:
-      break;
+    case StoreOutcome::Kind::REPLY: send_reply(c, out.reply); return true;
+    case StoreOutcome::Kind::PARKED: c.waiting = true; return true;
+    case StoreOutcome::Kind::REJECT: break;
   }
   reject(c, out.reason);
   return false;

@@ -109,8 +109,8 @@ void check_tree(int p, const std::vector<int>& members, DataType dt, const std::
     CHECK(got.size() == total * es + 1 && static_cast<unsigned char>(got.back()) == 0x5a,
           "adasum p=%d k=%d %s: rank %d result missing or written past the end", p, k, dtype_name(dt), j);
     if (got.size() != total * es + 1) return;
-    CHECK(std::memcmp(got.data(), results[0].data(), total * es) == 0, "adasum p=%d k=%d %s: rank %d differs from rank 0",
-          p, k, dtype_name(dt), j);
+    CHECK(std::memcmp(got.data(), results[0].data(), total * es) == 0,
+          "adasum p=%d k=%d %s: rank %d differs from rank 0", p, k, dtype_name(dt), j);
   }
   for (size_t t = 0, off = 0; t < counts.size(); off += counts[t++]) {
     std::vector<Vec> inputs(static_cast<size_t>(k), Vec(counts[t]));
@@ -121,8 +121,9 @@ void check_tree(int p, const std::vector<int>& members, DataType dt, const std::
     for (double w : want) big = std::max(big, std::fabs(w));
     for (size_t i = 0; i < counts[t]; ++i) {
       double g = load(dt, results[0].data(), off + i);
-      CHECK(std::fabs(g - want[i]) <= std::max(4 * ulp(dt), 1e-13) * big, "adasum p=%d k=%d %s tensor %zu (of %zu) i=%zu: got %.17g want %.17g",
-            p, k, dtype_name(dt), t, counts[t], i, g, want[i]);
+      CHECK(std::fabs(g - want[i]) <= std::max(4 * ulp(dt), 1e-13) * big,
+            "adasum p=%d k=%d %s tensor %zu (of %zu) i=%zu: got %.17g want %.17g", p, k, dtype_name(dt), t, counts[t],
+            i, g, want[i]);
     }
   }
 }

@@ -44,8 +44,8 @@ void test_allreduce(int p, const char* name, const AllreduceFn& fn, const Tuning
             std::vector<char> want(es);
             store(dt, want.data(), 0, expected(dt, op, p, i));
             CHECK(std::memcmp(buf.data() + i * es, want.data(), es) == 0,
-                  "%s p=%d rank %d %s %s count=%zu seg=%zu i=%zu: got %g want %g", name, p, comm.rank(),
-                  dtype_name(dt), reduce_op_name(op), count, tuning.segment_bytes, i, load(dt, buf.data(), i),
+                  "%s p=%d rank %d %s %s count=%zu seg=%zu i=%zu: got %g want %g", name, p, comm.rank(), dtype_name(dt),
+                  reduce_op_name(op), count, tuning.segment_bytes, i, load(dt, buf.data(), i),
                   load(dt, want.data(), 0));
           }
           CHECK(static_cast<unsigned char>(buf[count * es]) == 0x5a, "%s wrote past the end", name);
@@ -127,8 +127,8 @@ void test_allgather(int p, const Tuning& tuning) {
         size_t off = 0, bad = 0;
         for (int r = 0; r < p; ++r)
           for (size_t j = 0; j < bytes[static_cast<size_t>(r)]; ++j) bad += recv[off++] != pattern(r, j);
-        CHECK(bad == 0 && recv[total] == 0xee, "allgatherv p=%d rank %d variant %d in_place %d seg=%zu: %zu wrong",
-              p, comm.rank(), variant, in_place, tuning.segment_bytes, bad);
+        CHECK(bad == 0 && recv[total] == 0xee, "allgatherv p=%d rank %d variant %d in_place %d seg=%zu: %zu wrong", p,
+              comm.rank(), variant, in_place, tuning.segment_bytes, bad);
       }
   });
 }
@@ -188,9 +188,10 @@ void test_reducescatter(int p, const Tuning& tuning) {
           size_t total = 0, my_off = 0;
           for (int r = 0; r < p; ++r) {
             // Horovod's split of dim0 rows (first dim0 % p ranks one more), uneven, and with empty blocks.
-            size_t c = variant == 0 ? 101 / static_cast<size_t>(p) + (static_cast<size_t>(r) < 101 % static_cast<size_t>(p))
-                     : variant == 1 ? static_cast<size_t>((r * 37 + 5) % 53)
-                                    : (r % 2 ? 0 : static_cast<size_t>(r + 1) * 29);
+            size_t c = variant == 0
+                           ? 101 / static_cast<size_t>(p) + (static_cast<size_t>(r) < 101 % static_cast<size_t>(p))
+                       : variant == 1 ? static_cast<size_t>((r * 37 + 5) % 53)
+                                      : (r % 2 ? 0 : static_cast<size_t>(r + 1) * 29);
             counts[static_cast<size_t>(r)] = c;
             if (r == comm.rank()) my_off = total;
             total += c;
@@ -206,8 +207,9 @@ void test_reducescatter(int p, const Tuning& tuning) {
             store(dt, want.data(), 0, expected(dt, op, p, my_off + i));
             bad += std::memcmp(out.data() + i * es, want.data(), es) != 0;
           }
-          CHECK(bad == 0 && out[mine * es] == 0x5a && in == in_copy, "reducescatter p=%d rank %d %s %s variant %d: %zu wrong",
-                p, comm.rank(), dtype_name(dt), reduce_op_name(op), variant, bad);
+          CHECK(bad == 0 && out[mine * es] == 0x5a && in == in_copy,
+                "reducescatter p=%d rank %d %s %s variant %d: %zu wrong", p, comm.rank(), dtype_name(dt),
+                reduce_op_name(op), variant, bad);
         }
   });
 }
@@ -257,13 +259,10 @@ void test_errors() {
   expect_error("AVERAGE", ErrorKind::INVALID_ARGUMENT,
                [&] { allreduce(c0, x, 4, DataType::FLOAT32, ReduceOp::AVERAGE, Tuning{}, soon()); });
   expect_error("bad root", ErrorKind::INVALID_ARGUMENT, [&] { broadcast(c0, x, 16, 2, Tuning{}, soon()); });
-  expect_error("allgather sizes", ErrorKind::INVALID_ARGUMENT,
-               [&] { allgatherv(c0, x, x, {4}, Tuning{}, soon()); });
-  expect_error("alltoall sizes", ErrorKind::INVALID_ARGUMENT,
-               [&] { alltoallv(c0, x, {4, 4, 4}, x, {4, 4}, soon()); });
-  expect_error("reducescatter counts", ErrorKind::INVALID_ARGUMENT, [&] {
-    reducescatter(c0, x, x, {1, 1, 1}, DataType::FLOAT32, ReduceOp::SUM, Tuning{}, soon());
-  });
+  expect_error("allgather sizes", ErrorKind::INVALID_ARGUMENT, [&] { allgatherv(c0, x, x, {4}, Tuning{}, soon()); });
+  expect_error("alltoall sizes", ErrorKind::INVALID_ARGUMENT, [&] { alltoallv(c0, x, {4, 4, 4}, x, {4, 4}, soon()); });
+  expect_error("reducescatter counts", ErrorKind::INVALID_ARGUMENT,
+               [&] { reducescatter(c0, x, x, {1, 1, 1}, DataType::FLOAT32, ReduceOp::SUM, Tuning{}, soon()); });
   // The peer never shows up: the deadline fires, promptly.
   auto t0 = Clock::now();
   expect_error("timeout", ErrorKind::TIMEOUT,

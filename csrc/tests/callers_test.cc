@@ -40,8 +40,8 @@ void test_admission() {
   OpPtr x = make_op("x");
   desk.admit(x);
   expect(x->handle == 1 && x->seq == 1, "the first request gets handle 1, request #1");
-  expect_error("a second 'x' in flight is refused", ErrorKind::INVALID_ARGUMENT,
-               {"'x'", "already in flight on rank 3"}, [&] { desk.admit(make_op("x")); });
+  expect_error("a second 'x' in flight is refused", ErrorKind::INVALID_ARGUMENT, {"'x'", "already in flight on rank 3"},
+               [&] { desk.admit(make_op("x")); });
   OpPtr other_set = make_op("x", OpType::ALLREDUCE, 1);
   desk.admit(other_set);
   expect(other_set->handle == 2, "the same name in another process set is another request");

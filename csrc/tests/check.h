@@ -26,8 +26,8 @@ inline std::mutex print_mu;
 constexpr int kMaxPrinted = 30;
 
 // Counts a failure; prints "FAIL file:line: expression  message" (message: printf format + values).
-__attribute__((format(printf, 4, 5))) inline void fail(const char* file, int line, const char* expr,
-                                                       const char* fmt, ...) {
+__attribute__((format(printf, 4, 5))) inline void fail(const char* file, int line, const char* expr, const char* fmt,
+                                                       ...) {
   if (failures.fetch_add(1) >= kMaxPrinted) return;
   std::lock_guard<std::mutex> lock(print_mu);
   std::printf("FAIL %s:%d: %s", file, line, expr);
@@ -43,10 +43,10 @@ __attribute__((format(printf, 4, 5))) inline void fail(const char* file, int lin
 // CHECK(cond) or CHECK(cond, "printf format", values...): counts a check, and a failure when cond is
 // false; the message and its values are evaluated only then. (A lone CHECK(cond) leaves `...` empty,
 // which GCC and Clang accept in C++17 and C++20 makes standard.)
-#define CHECK(cond, ...)                                                             \
-  do {                                                                               \
-    ++::phv::testing::checks;                                                        \
-    if (!(cond)) ::phv::testing::fail(__FILE__, __LINE__, #cond, "  " __VA_ARGS__);  \
+#define CHECK(cond, ...)                                                            \
+  do {                                                                              \
+    ++::phv::testing::checks;                                                       \
+    if (!(cond)) ::phv::testing::fail(__FILE__, __LINE__, #cond, "  " __VA_ARGS__); \
   } while (0)
 
 // A named check that prints a line either way: "ok   what", or "FAIL what" and the detail (got: ...).
@@ -54,8 +54,8 @@ inline void expect(bool ok, const std::string& what, const std::string& detail =
   ++checks;
   if (!ok) ++failures;
   std::lock_guard<std::mutex> lock(print_mu);
-  std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what.c_str(), ok || detail.empty() ? "" : "\n     got: ",
-              ok ? "" : detail.c_str());
+  std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what.c_str(),
+              ok || detail.empty() ? "" : "\n     got: ", ok ? "" : detail.c_str());
 }
 
 // Runs fn and expects an HvdError of `kind` whose message contains every needle; prints the error.

@@ -18,8 +18,9 @@ namespace testing {
 
 inline const int kWorlds[] = {1, 2, 3, 4, 5, 8};
 inline const size_t kCounts[] = {0, 1, 2, 3, 7, 13, 31, 33, 63, 65, 127, 129, 257, 1021, 1025};
-inline const DataType kTypes[] = {DataType::UINT8, DataType::INT8, DataType::INT16, DataType::INT32, DataType::INT64,
-                                  DataType::FLOAT16, DataType::BFLOAT16, DataType::FLOAT32, DataType::FLOAT64, DataType::BOOL};
+inline const DataType kTypes[] = {DataType::UINT8,   DataType::INT8,    DataType::INT16,    DataType::INT32,
+                                  DataType::INT64,   DataType::FLOAT16, DataType::BFLOAT16, DataType::FLOAT32,
+                                  DataType::FLOAT64, DataType::BOOL};
 inline const ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::MIN, ReduceOp::MAX, ReduceOp::PRODUCT};
 
 inline Deadline soon() { return deadline_after(20.0); }

@@ -20,7 +20,8 @@ namespace {
 // One rank's agreed state and its round, as the engine core holds them.
 struct RankSide {
   RankSide(Transport& transport, const EngineOptions& options, bool gpu_built = true)
-      : sets(&transport, transport.size(), transport.rank()), cache(options.cache_capacity),
+      : sets(&transport, transport.size(), transport.rank()),
+        cache(options.cache_capacity),
         round(transport, sets, cache, timeline, options, gpu_built) {}
   ProcessSetRegistry sets;
   ResponseCache cache;
@@ -58,7 +59,8 @@ class World {
     for (int sweep = 0; sweep < 16 && !all; ++sweep) {
       all = true;
       for (int r = 0; r < p_; ++r) {
-        if (!done[static_cast<size_t>(r)]) done[static_cast<size_t>(r)] = side(r).round.step(ControlRound::Step::POLL, deadline);
+        if (!done[static_cast<size_t>(r)])
+          done[static_cast<size_t>(r)] = side(r).round.step(ControlRound::Step::POLL, deadline);
         all = all && done[static_cast<size_t>(r)];
       }
     }
@@ -67,8 +69,11 @@ class World {
     std::string first = describe(0);
     for (int r = 1; r < p_; ++r) {
       std::string mine = describe(r);
-      if (mine != first) expect(false, "[p=" + std::to_string(p_) + "] " + what + ": rank " + std::to_string(r) +
-                                           " got the same list as rank 0", mine + " vs " + first);
+      if (mine != first)
+        expect(
+            false,
+            "[p=" + std::to_string(p_) + "] " + what + ": rank " + std::to_string(r) + " got the same list as rank 0",
+            mine + " vs " + first);
     }
     last_ = &side(0).round.response();
     settle();
@@ -254,8 +259,8 @@ void test_gpu_refusals(int p) {
   Desc h = g;
   h.name = "h";
   for (int r = 0; r < p - 1; ++r) w.msg(r).add_new() = h;
-  w.expect_round("new CUDA allreduce, the last rank joined", "ERROR(" +
-                 std::to_string(static_cast<int>(ErrorKind::INVALID_ARGUMENT)) + ") h");
+  w.expect_round("new CUDA allreduce, the last rank joined",
+                 "ERROR(" + std::to_string(static_cast<int>(ErrorKind::INVALID_ARGUMENT)) + ") h");
 }
 
 void test_expiry(int p) {
@@ -300,7 +305,8 @@ void test_coordinator_waits(int p) {
   RankMessage empty;
   ranks[0]->round.begin(empty);
   Deadline deadline = deadline_after(10);
-  bool early = ranks[0]->round.step(ControlRound::Step::POLL, deadline) || ranks[0]->round.step(ControlRound::Step::POLL, deadline);
+  bool early = ranks[0]->round.step(ControlRound::Step::POLL, deadline) ||
+               ranks[0]->round.step(ControlRound::Step::POLL, deadline);
   expect(!early, "[p=" + std::to_string(p) + "] the coordinator waits for the workers");
   for (int r = 1; r < p; ++r) ranks[static_cast<size_t>(r)]->round.begin(empty);
   bool done = false;

@@ -87,7 +87,8 @@ void test_mismatch(int p) {
       e.wait(h);
       CHECK(false, "rank %d: shape mismatch not reported", r);
     } catch (const HvdError& err) {
-      std::string want = "Mismatched allreduce tensor shapes: rank 0 sent [3], rank " + std::to_string(p - 1) + " sent [4]";
+      std::string want =
+          "Mismatched allreduce tensor shapes: rank 0 sent [3], rank " + std::to_string(p - 1) + " sent [4]";
       CHECK(std::string(err.what()).find(want) != std::string::npos, "rank %d: %s", r, err.what());
       CHECK(std::string(err.what()).find("rank " + std::to_string(r) + ": allreduce 'm'") == 0, "%s", err.what());
     }
@@ -97,8 +98,9 @@ void test_mismatch(int p) {
       e.wait(e.enqueue(q, 0));
       CHECK(false, "op mismatch not reported");
     } catch (const HvdError& err) {
-      CHECK(std::string(err.what()).find("Mismatched reduce ops: rank 0 used Sum, rank 1 used Max") != std::string::npos,
-            "%s", err.what());
+      CHECK(
+          std::string(err.what()).find("Mismatched reduce ops: rank 0 used Sum, rank 1 used Max") != std::string::npos,
+          "%s", err.what());
     }
     std::vector<float> ok(3, 1.f), res(3);
     e.wait(e.enqueue(allreduce_req("after", ok, res), 0));

@@ -28,8 +28,7 @@ class CountingGpu : public GpuBackend {
     ++calls;
     host_.allreduce(comm, entries, dt, op, prescale, postscale, context());
   }
-  void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes,
-                  intptr_t) override {
+  void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes, intptr_t) override {
     ++calls;
     host_.allgatherv(comm, send, recv, bytes, context());
   }
@@ -42,8 +41,8 @@ class CountingGpu : public GpuBackend {
     ++calls;
     host_.alltoallv(comm, send, send_bytes, recv, recv_bytes, context());
   }
-  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
-                     DataType dt, ReduceOp op, double prescale, double postscale, intptr_t) override {
+  void reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts, DataType dt,
+                     ReduceOp op, double prescale, double postscale, intptr_t) override {
     ++calls;
     host_.reducescatter(comm, input, output, counts, dt, op, prescale, postscale, context());
   }
@@ -183,8 +182,8 @@ void test_units(int p, int device) {
     size_t first = me == 0 ? 0 : static_cast<size_t>(2 + (me - 1)) * 2;
     if (p == 1) first = 0;
     for (size_t i = 0; i < static_cast<size_t>(my_rows) * 2; ++i) {
-      CHECK(rs_out[i] == 0.5 * (tri + p * static_cast<double>(first + i)), "%s p=%d reducescatter i=%zu: got %g",
-            w, p, i, rs_out[i]);
+      CHECK(rs_out[i] == 0.5 * (tri + p * static_cast<double>(first + i)), "%s p=%d reducescatter i=%zu: got %g", w, p,
+            i, rs_out[i]);
     }
 
     // A barrier stays on the host transport, whatever the device.

@@ -52,8 +52,8 @@ void expect_plan(const char* what, ResponseList& list, const ResponseCache& cach
 ResponseList four_allreduces() {
   ResponseList list;
   list.clear();
-  for (int64_t k = 1; k <= 4; ++k) add_full(list, make_desc("a" + std::to_string(k * 100), OpType::ALLREDUCE,
-                                                            DataType::FLOAT32, k * 100));
+  for (int64_t k = 1; k <= 4; ++k)
+    add_full(list, make_desc("a" + std::to_string(k * 100), OpType::ALLREDUCE, DataType::FLOAT32, k * 100));
   return list;
 }
 

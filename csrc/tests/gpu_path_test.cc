@@ -21,7 +21,8 @@ std::vector<GpuClaim> claims_of(const std::vector<std::string>& ids, GpuPathRequ
 }
 
 void decisions() {
-  const std::string a = "boot:1/pci:0000:1B:00.0", b = "boot:1/pci:0000:2C:00.0", other_host = "boot:2/pci:0000:1B:00.0";
+  const std::string a = "boot:1/pci:0000:1B:00.0", b = "boot:1/pci:0000:2C:00.0",
+                    other_host = "boot:2/pci:0000:1B:00.0";
   CHECK(choose_gpu_path(claims_of({a})).path == GpuPath::NCCL);
   CHECK(choose_gpu_path(claims_of({a, b})).path == GpuPath::NCCL);
   // Same bus id on another machine is another GPU.
@@ -74,9 +75,8 @@ void exchange(int members) {
   GpuPath want = members > 3 ? GpuPath::HOST_STAGED : GpuPath::NCCL;
   for (int m = 0; m < members; ++m) CHECK(paths[static_cast<size_t>(m)] == want, " members %d, member %d", members, m);
   MemoryStore lonely;
-  expect_error("a member never publishes", ErrorKind::TIMEOUT, {"phv/gpu/path/x/1"}, [&] {
-    exchange_claims(lonely, "phv/gpu/path/x", 2, 0, GpuClaim{"d", GpuPathRequest::AUTO}, 0.2);
-  });
+  expect_error("a member never publishes", ErrorKind::TIMEOUT, {"phv/gpu/path/x/1"},
+               [&] { exchange_claims(lonely, "phv/gpu/path/x", 2, 0, GpuClaim{"d", GpuPathRequest::AUTO}, 0.2); });
 }
 
 }  // namespace

@@ -31,8 +31,8 @@ class RecordingNccl : public GpuBackend {
   void broadcast(const Comm&, void*, size_t, int, intptr_t) override {}
   void alltoallv(const Comm&, const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&,
                  intptr_t) override {}
-  void reducescatter(const Comm&, const void*, void*, const std::vector<size_t>&, DataType, ReduceOp, double,
-                     double, intptr_t) override {}
+  void reducescatter(const Comm&, const void*, void*, const std::vector<size_t>&, DataType, ReduceOp, double, double,
+                     intptr_t) override {}
   std::shared_ptr<void> allocate(size_t) override { return nullptr; }
 };
 

@@ -60,8 +60,8 @@ void test_allreduce(const std::vector<int>& host_of) {
   const int p = static_cast<int>(host_of.size());
   for (DataType dt : kTypes) {
     for (ReduceOp op : kOps) {
-      std::string what = "hierarchical_allreduce p=" + std::to_string(p) + " " + dtype_name(dt) + " " +
-                         reduce_op_name(op);
+      std::string what =
+          "hierarchical_allreduce p=" + std::to_string(p) + " " + dtype_name(dt) + " " + reduce_op_name(op);
       run_world(p, what, [&](const Comm& comm) {
         TwoLevel tl;
         if (!make_two_level(comm, host_of, &tl)) throw std::runtime_error("no two levels");
@@ -91,7 +91,8 @@ void test_allgather(const std::vector<int>& host_of) {
     for (size_t scale : {0, 1, 7, 1000}) {
       std::vector<size_t> bytes(static_cast<size_t>(p));
       size_t total = 0;
-      for (int r = 0; r < p; ++r) total += bytes[static_cast<size_t>(r)] = scale * static_cast<size_t>(r % 3) + (r == 1);
+      for (int r = 0; r < p; ++r)
+        total += bytes[static_cast<size_t>(r)] = scale * static_cast<size_t>(r % 3) + (r == 1);
       std::vector<uint8_t> mine(bytes[static_cast<size_t>(comm.rank())], static_cast<uint8_t>(comm.rank() + 1));
       std::vector<uint8_t> out(total, 0);
       hierarchical_allgatherv(comm, tl, host_of, mine.data(), out.data(), bytes, Tuning{}, soon());
@@ -109,8 +110,8 @@ void test_allgather(const std::vector<int>& host_of) {
 int main() {
   test_fit_and_choice();
   test_grouping();
-  const std::vector<std::vector<int>> layouts = {
-      {0, 0, 1, 1}, {0, 1, 1, 0}, {0, 1}, {0, 0, 0, 1, 1, 1}, {0, 1, 2, 0, 1, 2}, {0, 0, 1, 1, 2, 2, 3, 3}};
+  const std::vector<std::vector<int>> layouts = {{0, 0, 1, 1},       {0, 1, 1, 0},       {0, 1},
+                                                 {0, 0, 0, 1, 1, 1}, {0, 1, 2, 0, 1, 2}, {0, 0, 1, 1, 2, 2, 3, 3}};
   for (const auto& layout : layouts) {
     test_allreduce(layout);
     test_allgather(layout);

@@ -72,7 +72,8 @@ std::vector<T> random_values(size_t n, bool small) {
   std::vector<T> v(n);
   for (auto& x : v) {
     if constexpr (std::is_floating_point_v<T>) {
-      x = small ? static_cast<T>(static_cast<int>(rng() % 21) - 10) : static_cast<T>(std::ldexp(double(int64_t(rng() % 2000001) - 1000000), int(rng() % 40) - 30));
+      x = small ? static_cast<T>(static_cast<int>(rng() % 21) - 10)
+                : static_cast<T>(std::ldexp(double(int64_t(rng() % 2000001) - 1000000), int(rng() % 40) - 30));
     } else {
       x = static_cast<T>(rng());
     }
@@ -118,8 +119,9 @@ void test_int(DataType dt) {
   for (ReduceOp op : kOps)
     for (size_t n : kLens) {
       auto a = random_values<T>(n, false), b = random_values<T>(n, false);
-      check_all_forms<T>(dt, op, a, b, [op](T x, T y) { return ref_int<T>(x, y, op); },
-                         [](T x, T y) { return x == y; }, dtype_name(dt));
+      check_all_forms<T>(
+          dt, op, a, b, [op](T x, T y) { return ref_int<T>(x, y, op); }, [](T x, T y) { return x == y; },
+          dtype_name(dt));
     }
 }
 
@@ -131,11 +133,19 @@ void test_float(DataType dt) {
       for (bool small : {true, false}) {
         auto a = random_values<F>(n, small), b = random_values<F>(n, small);
         if (n > 8) {  // specials in the SIMD body and in the tail
-          a[1] = nan; b[2] = nan; a[3] = inf; b[3] = -inf; a[4] = -0.0; b[4] = 0.0;
-          a[n - 1] = nan; b[n - 2] = nan; a[5] = std::numeric_limits<F>::denorm_min();
+          a[1] = nan;
+          b[2] = nan;
+          a[3] = inf;
+          b[3] = -inf;
+          a[4] = -0.0;
+          b[4] = 0.0;
+          a[n - 1] = nan;
+          b[n - 2] = nan;
+          a[5] = std::numeric_limits<F>::denorm_min();
         }
-        check_all_forms<F>(dt, op, a, b, [op](F x, F y) { return ref_float<F>(x, y, op); },
-                           [](F x, F y) { return same(x, y); }, dtype_name(dt));
+        check_all_forms<F>(
+            dt, op, a, b, [op](F x, F y) { return ref_float<F>(x, y, op); }, [](F x, F y) { return same(x, y); },
+            dtype_name(dt));
       }
 }
 
@@ -151,8 +161,8 @@ void test_16(DataType dt) {
       auto ref = [op](uint16_t x, uint16_t y) {
         return Conv::narrow(ref_float<float>(Conv::widen(x), Conv::widen(y), op));
       };
-      check_all_forms<uint16_t>(dt, op, a, b, ref, [](uint16_t x, uint16_t y) { return same16<Conv>(x, y); },
-                                dtype_name(dt));
+      check_all_forms<uint16_t>(
+          dt, op, a, b, ref, [](uint16_t x, uint16_t y) { return same16<Conv>(x, y); }, dtype_name(dt));
     }
 }
 
@@ -165,9 +175,9 @@ void test_bool() {
         b[i] = static_cast<uint8_t>(rng() % 2);
       }
       bool is_or = op == ReduceOp::SUM || op == ReduceOp::MAX;
-      check_all_forms<uint8_t>(DataType::BOOL, op, a, b,
-                               [is_or](uint8_t x, uint8_t y) { return uint8_t(is_or ? (x | y) : (x & y)); },
-                               [](uint8_t x, uint8_t y) { return x == y; }, "bool");
+      check_all_forms<uint8_t>(
+          DataType::BOOL, op, a, b, [is_or](uint8_t x, uint8_t y) { return uint8_t(is_or ? (x | y) : (x & y)); },
+          [](uint8_t x, uint8_t y) { return x == y; }, "bool");
     }
   // Non-canonical true (any non-zero byte) still yields 0/1.
   uint8_t d[2] = {2, 0}, s[2] = {4, 0};
@@ -176,10 +186,21 @@ void test_bool() {
 }
 
 void test_half_conversions() {
-  struct Case { float f; uint16_t h; };
+  struct Case {
+    float f;
+    uint16_t h;
+  };
   const Case cases[] = {
-      {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff},
-      {65519.0f, 0x7bff}, {65520.0f, 0x7c00}, {1e6f, 0x7c00}, {INFINITY, 0x7c00}, {-INFINITY, 0xfc00},
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {1.0f, 0x3c00},
+      {-2.0f, 0xc000},
+      {65504.0f, 0x7bff},
+      {65519.0f, 0x7bff},
+      {65520.0f, 0x7c00},
+      {1e6f, 0x7c00},
+      {INFINITY, 0x7c00},
+      {-INFINITY, 0xfc00},
       {std::ldexp(1.0f, -14), 0x0400},                       // smallest normal
       {std::ldexp(1.0f, -24), 0x0001},                       // smallest subnormal
       {std::ldexp(1.0f, -25), 0x0000},                       // tie between 0 and 2^-24: to even (0)
@@ -190,7 +211,8 @@ void test_half_conversions() {
       {std::ldexp(2047.0f, -25), 0x0400},                    // rounds up into the normals
       {1.0f + std::ldexp(1.0f, -11), 0x3c00},                // tie at 1: to even
       {1.0f + std::ldexp(3.0f, -11), 0x3c02},                // tie above odd: up
-      {0.1f, 0x2e66}, {3.14159265f, 0x4248},
+      {0.1f, 0x2e66},
+      {3.14159265f, 0x4248},
   };
   for (const Case& c : cases) {
     CHECK(float_to_half(c.f) == c.h, "float_to_half(%g) = 0x%04x, want 0x%04x", c.f, float_to_half(c.f), c.h);
@@ -219,13 +241,18 @@ void test_half_conversions() {
   reduce_into(&x, &y, 1, DataType::FLOAT16, ReduceOp::SUM);
   CHECK(x == float_to_half(2048.0f), "2048 + 1 in half = 0x%04x", x);
   // Overflow of a sum: 65504 + 65504 -> inf.
-  x = 0x7bff; y = 0x7bff;
+  x = 0x7bff;
+  y = 0x7bff;
   reduce_into(&x, &y, 1, DataType::FLOAT16, ReduceOp::SUM);
   CHECK(x == 0x7c00, "65504 + 65504 = 0x%04x", x);
 }
 
 void test_bf16_conversions() {
-  auto bits = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  auto bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
   CHECK(float_to_bfloat16(1.0f) == 0x3f80, "1.0");
   CHECK(float_to_bfloat16(bits(0x3f808000)) == 0x3f80, "tie to even (down)");
   CHECK(float_to_bfloat16(bits(0x3f818000)) == 0x3f82, "tie to even (up)");
@@ -268,8 +295,8 @@ void test_scale() {
     scale_buffer(m.data(), m.size(), DataType::INT32, 1.0 / d);
     scale_buffer(m64.data(), m64.size(), DataType::INT64, 1.0 / d);
     for (size_t i = 0; i < m.size(); ++i)
-      CHECK(m[i] == want[i] && m64[i] == want[i], "int / %d: got %d and %lld, want %d", d, m[i],
-            (long long)m64[i], want[i]);
+      CHECK(m[i] == want[i] && m64[i] == want[i], "int / %d: got %d and %lld, want %d", d, m[i], (long long)m64[i],
+            want[i]);
   }
   std::vector<int64_t> big = {(int64_t(1) << 62) + 3, -(int64_t(1) << 62) - 3};  // beyond double's 53 bits
   scale_buffer(big.data(), big.size(), DataType::INT64, 1.0 / 3.0);
@@ -285,7 +312,10 @@ void test_scale() {
       h[i] = float_to_half(static_cast<float>(i) * 0.37f);
       bf[i] = float_to_bfloat16(static_cast<float>(i) * 1.7f);
     }
-    auto f0 = f; auto d0 = d; auto h0 = h; auto bf0 = bf;
+    auto f0 = f;
+    auto d0 = d;
+    auto h0 = h;
+    auto bf0 = bf;
     scale_buffer(f.data(), n, DataType::FLOAT32, 0.1);
     scale_buffer(d.data(), n, DataType::FLOAT64, 0.1);
     scale_buffer(h.data(), n, DataType::FLOAT16, 0.1);
@@ -303,7 +333,11 @@ void test_scale() {
   scale_buffer(b, 2, DataType::BOOL, 1.0);
   CHECK(b[0] == 1 && b[1] == 0, "bool * 1");
   bool threw = false;
-  try { scale_buffer(b, 2, DataType::BOOL, 0.5); } catch (const HvdError& e) { threw = e.kind() == ErrorKind::INVALID_ARGUMENT; }
+  try {
+    scale_buffer(b, 2, DataType::BOOL, 0.5);
+  } catch (const HvdError& e) {
+    threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
+  }
   CHECK(threw, "bool * 0.5 is INVALID_ARGUMENT");
 }
 
@@ -311,9 +345,8 @@ void test_scale() {
 // op (SUM of float32/float64 takes the fused loop, the rest the blocked path), lengths across the SIMD
 // tails and the blocks, in place on itself too; and it rejects what the two reject.
 void test_reduce_scale_into() {
-  const DataType types[] = {DataType::UINT8, DataType::INT8, DataType::INT16, DataType::INT32,
-                            DataType::INT64, DataType::FLOAT32, DataType::FLOAT64, DataType::FLOAT16,
-                            DataType::BFLOAT16};
+  const DataType types[] = {DataType::UINT8,   DataType::INT8,    DataType::INT16,   DataType::INT32,   DataType::INT64,
+                            DataType::FLOAT32, DataType::FLOAT64, DataType::FLOAT16, DataType::BFLOAT16};
   const size_t lens[] = {0, 1, 7, 9, 33, 4099, 70001};  // 70001: several 16 KiB blocks in every type
   for (DataType dt : types) {
     const size_t esize = dtype_size(dt);
@@ -325,11 +358,27 @@ void test_reduce_scale_into() {
             double va = static_cast<double>(rng() % 200) / 8.0, vb = static_cast<double>(rng() % 200) / 8.0;
             auto put = [&](unsigned char* dst, double v) {
               switch (dt) {
-                case DataType::FLOAT32: { float f = static_cast<float>(v); std::memcpy(dst, &f, 4); break; }
+                case DataType::FLOAT32: {
+                  float f = static_cast<float>(v);
+                  std::memcpy(dst, &f, 4);
+                  break;
+                }
                 case DataType::FLOAT64: std::memcpy(dst, &v, 8); break;
-                case DataType::FLOAT16: { uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-                case DataType::BFLOAT16: { uint16_t h = float_to_bfloat16(static_cast<float>(v)); std::memcpy(dst, &h, 2); break; }
-                default: { int64_t k = static_cast<int64_t>(v * 8) - 100; std::memcpy(dst, &k, esize); break; }
+                case DataType::FLOAT16: {
+                  uint16_t h = float_to_half(static_cast<float>(v));
+                  std::memcpy(dst, &h, 2);
+                  break;
+                }
+                case DataType::BFLOAT16: {
+                  uint16_t h = float_to_bfloat16(static_cast<float>(v));
+                  std::memcpy(dst, &h, 2);
+                  break;
+                }
+                default: {
+                  int64_t k = static_cast<int64_t>(v * 8) - 100;
+                  std::memcpy(dst, &k, esize);
+                  break;
+                }
               }
             };
             put(&a[i * esize], va);
@@ -341,8 +390,7 @@ void test_reduce_scale_into() {
             reduce_into(want.data(), src_want, n, dt, op);
             scale_buffer(want.data(), n, dt, factor);
             auto got = a;
-            reduce_scale_into(got.data(), aliased ? static_cast<const void*>(got.data()) : b.data(), n, dt, op,
-                              factor);
+            reduce_scale_into(got.data(), aliased ? static_cast<const void*>(got.data()) : b.data(), n, dt, op, factor);
             CHECK(got == want, "reduce_scale_into dtype %d op %s n %zu factor %g aliased %d", static_cast<int>(dt),
                   reduce_op_name(op), n, factor, static_cast<int>(aliased));
           }
@@ -352,13 +400,17 @@ void test_reduce_scale_into() {
   }
   float x = 1, y = 2;
   bool threw = false;
-  try { reduce_scale_into(&x, &y, 1, DataType::FLOAT32, ReduceOp::AVERAGE, 0.5); } catch (const HvdError& e) {
+  try {
+    reduce_scale_into(&x, &y, 1, DataType::FLOAT32, ReduceOp::AVERAGE, 0.5);
+  } catch (const HvdError& e) {
     threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
   }
   CHECK(threw && x == 1.0f, "reduce_scale_into: AVERAGE rejected, buffer untouched");
   uint8_t bd[2] = {1, 0}, bs[2] = {0, 0};
   threw = false;
-  try { reduce_scale_into(bd, bs, 2, DataType::BOOL, ReduceOp::SUM, 0.5); } catch (const HvdError& e) {
+  try {
+    reduce_scale_into(bd, bs, 2, DataType::BOOL, ReduceOp::SUM, 0.5);
+  } catch (const HvdError& e) {
     threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
   }
   CHECK(threw && bd[0] == 1, "reduce_scale_into: bool * 0.5 rejected, buffer untouched");
@@ -367,12 +419,16 @@ void test_reduce_scale_into() {
 void test_bad_args() {
   float x = 1, y = 2;
   bool threw = false;
-  try { reduce_into(&x, &y, 1, DataType::FLOAT32, ReduceOp::AVERAGE); } catch (const HvdError& e) {
+  try {
+    reduce_into(&x, &y, 1, DataType::FLOAT32, ReduceOp::AVERAGE);
+  } catch (const HvdError& e) {
     threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
   }
   CHECK(threw, "AVERAGE rejected");
   threw = false;
-  try { reduce_into(&x, &y, 1, static_cast<DataType>(42), ReduceOp::SUM); } catch (const HvdError& e) {
+  try {
+    reduce_into(&x, &y, 1, static_cast<DataType>(42), ReduceOp::SUM);
+  } catch (const HvdError& e) {
     threw = e.kind() == ErrorKind::INVALID_ARGUMENT;
   }
   CHECK(threw, "unknown dtype rejected");

@@ -53,7 +53,10 @@ void simulate(int p, const std::vector<Range>& chunks, size_t seg, Kind kind) {
     if (kind == Kind::ALLGATHER)
       for (size_t i = 0; i < total; ++i)
         if (!in_chunk(chunks, r, i)) d[i] = garbage;  // only my own block is valid before an allgather
-    sent_r[r].assign(total, 0); sent_c[r].assign(total, 0); reduced[r].assign(total, 0); copied[r].assign(total, 0);
+    sent_r[r].assign(total, 0);
+    sent_c[r].assign(total, 0);
+    reduced[r].assign(total, 0);
+    copied[r].assign(total, 0);
   }
   std::string ctx = std::string(kind_name(kind)) + " p=" + std::to_string(p) + " total=" + std::to_string(total) +
                     " seg=" + std::to_string(seg);
@@ -106,7 +109,7 @@ void simulate(int p, const std::vector<Range>& chunks, size_t seg, Kind kind) {
                 "%s forward mismatch", ctx.c_str());
         }
         Msg msg{m.range, std::vector<uint64_t>(data[r].begin() + static_cast<long>(m.range.offset),
-                                              data[r].begin() + static_cast<long>(m.range.offset + m.range.count))};
+                                               data[r].begin() + static_cast<long>(m.range.offset + m.range.count))};
         for (size_t i = 0; i < m.range.count; ++i) {
           if (m.step < reduce_steps) ++sent_r[r][m.range.offset + i];
           else ++sent_c[r][m.range.offset + i];
@@ -129,7 +132,8 @@ void simulate(int p, const std::vector<Range>& chunks, size_t seg, Kind kind) {
         CHECK(sent_r[r][i] == (own ? 0 : 1), "%s rank %d elem %zu sent %d", ctx.c_str(), r, i, sent_r[r][i]);
         CHECK(reduced[r][i] == (in_chunk(chunks, mod(r - 1, p), i) ? 0 : 1), "%s rank %d elem %zu reduced %d",
               ctx.c_str(), r, i, reduced[r][i]);
-        if (own) CHECK(data[r][i] == full, "%s rank %d elem %zu = %llx", ctx.c_str(), r, i, (unsigned long long)data[r][i]);
+        if (own)
+          CHECK(data[r][i] == full, "%s rank %d elem %zu = %llx", ctx.c_str(), r, i, (unsigned long long)data[r][i]);
       } else if (kind == Kind::ALLGATHER) {
         CHECK(copied[r][i] == (own ? 0 : 1), "%s rank %d elem %zu copied %d", ctx.c_str(), r, i, copied[r][i]);
         CHECK(sent_c[r][i] == (in_chunk(chunks, mod(r + 1, p), i) ? 0 : 1), "%s rank %d elem %zu sent %d", ctx.c_str(),

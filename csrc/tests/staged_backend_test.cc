@@ -65,7 +65,8 @@ void others(GpuBackend& gpu, const Comm& comm, DataType dt, int p) {
   gpu.allgatherv(comm, mine.data(), all.data(), bytes, 0);
   size_t at = 0;
   for (int q = 0; q < p; ++q)
-    for (int i = 0; i <= q; ++i, ++at) CHECK(load(dt, all.data(), at) == value(q), " allgather %s p %d from %d", dtype_name(dt), p, q);
+    for (int i = 0; i <= q; ++i, ++at)
+      CHECK(load(dt, all.data(), at) == value(q), " allgather %s p %d from %d", dtype_name(dt), p, q);
 
   Bytes b(7 * es);
   for (size_t i = 0; i < 7; ++i) store(dt, b.data(), i, r == p - 1 ? value(1) : 0);
@@ -85,7 +86,8 @@ void others(GpuBackend& gpu, const Comm& comm, DataType dt, int p) {
   gpu.alltoallv(comm, send.data(), send_bytes, recv.data(), recv_bytes, 0);
   at = 0;
   for (int q = 0; q < p; ++q)
-    for (int i = 0; i <= r; ++i, ++at) CHECK(load(dt, recv.data(), at) == (q + r) % 2, " alltoall %s p %d from %d", dtype_name(dt), p, q);
+    for (int i = 0; i <= r; ++i, ++at)
+      CHECK(load(dt, recv.data(), at) == (q + r) % 2, " alltoall %s p %d from %d", dtype_name(dt), p, q);
 
   std::vector<size_t> counts;
   size_t total = 0;

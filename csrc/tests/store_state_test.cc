@@ -28,8 +28,8 @@ StoreRequest req(uint32_t op, std::vector<std::string> keys, std::string value =
 StoreOutcome call(StoreState& s, StoreClientId client, StoreRequest r, Deadline now = t0) {
   std::string body = encode_request_body(r.keys, r.value);
   uint32_t first = r.keys.empty() ? 0 : static_cast<uint32_t>(r.keys[0].size());
-  std::string why = s.admit(client, r.op, static_cast<uint32_t>(r.keys.size()), static_cast<uint32_t>(body.size()),
-                            first);
+  std::string why =
+      s.admit(client, r.op, static_cast<uint32_t>(r.keys.size()), static_cast<uint32_t>(body.size()), first);
   if (!why.empty()) return StoreOutcome{Kind::REPLY, StoreReply{ST_LIMIT, 0, why}, ""};
   return s.handle(client, std::move(r), now);
 }

@@ -55,7 +55,8 @@ void semantics(Store& s, Store& other, const char* name) {
   expect_error("get times out naming the key", ErrorKind::TIMEOUT, {"missing_key"}, [&] { s.get("missing_key", 0.3); });
   double took = seconds_since(t0);
   CHECK(took >= 0.25 && took < 3);
-  expect_error("wait times out naming the missing keys", ErrorKind::TIMEOUT, {"'k2'"}, [&] { s.wait({"a", "k2"}, 0.2); });
+  expect_error("wait times out naming the missing keys", ErrorKind::TIMEOUT, {"'k2'"},
+               [&] { s.wait({"a", "k2"}, 0.2); });
   std::string big(5 << 20, 'z');
   big[12345] = 'q';
   s.set("big", big);
@@ -101,8 +102,9 @@ int main() {
       Fd fd = connect_tcp("127.0.0.1", server.port(), deadline_after(2));
       char hello[32];
       recv_all(fd.get(), hello, sizeof(hello), deadline_after(2), "server");
-      std::string junk = variant == 0 ? std::string(64, '\xff') : variant == 1 ? std::string(10, 'a')
-                                                                               : std::string(200000, '\x7f');
+      std::string junk = variant == 0   ? std::string(64, '\xff')
+                         : variant == 1 ? std::string(10, 'a')
+                                        : std::string(200000, '\x7f');
       try {
         send_all(fd.get(), junk.data(), junk.size(), deadline_after(2), "server");
       } catch (const HvdError&) {
@@ -132,8 +134,7 @@ int main() {
   int port = server.port();
   TcpStoreClient orphan("127.0.0.1", port, "s3cret", 2);
   server.close();
-  expect_error("server gone", ErrorKind::PEER_LOST, {"127.0.0.1:" + std::to_string(port)},
-               [&] { orphan.get("x", 1); });
+  expect_error("server gone", ErrorKind::PEER_LOST, {"127.0.0.1:" + std::to_string(port)}, [&] { orphan.get("x", 1); });
   auto t0 = Clock::now();
   expect_error("no server: connect retries until the timeout", ErrorKind::TIMEOUT,
                {"127.0.0.1:" + std::to_string(port)}, [&] { TcpStoreClient none("127.0.0.1", port, "s3cret", 0.5); });

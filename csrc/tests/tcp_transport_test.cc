@@ -48,7 +48,9 @@ std::vector<std::unique_ptr<TcpTransport>> make_mesh(Store& store, int n, const 
   return out;
 }
 
-uint8_t pattern(int from, int to, int msg, size_t i) { return uint8_t(from * 31 + to * 7 + msg * 13 + i * 2654435761u); }
+uint8_t pattern(int from, int to, int msg, size_t i) {
+  return uint8_t(from * 31 + to * 7 + msg * 13 + i * 2654435761u);
+}
 
 // Every rank sends `sizes` messages to every other rank (and itself) while receiving the same from
 // everyone; all posted up front, so sends and receives must progress together.
@@ -201,8 +203,8 @@ void test_strangers() {
   // 1: the wrong secret. 2: garbage instead of a hello. 3: a hello claiming a huge version. 4: silence then close.
   expect_error("wrong secret refused", ErrorKind::INTERNAL, {"rank 1"}, [&] {
     Fd fd = connect_tcp(host, port, deadline_after(5));
-    connect_handshake(fd.get(), "not-the-secret", "strangers", {HandshakeRole::TRANSPORT, 0}, HandshakeRole::TRANSPORT, 1,
-                      deadline_after(5), "rank 1");
+    connect_handshake(fd.get(), "not-the-secret", "strangers", {HandshakeRole::TRANSPORT, 0}, HandshakeRole::TRANSPORT,
+                      1, deadline_after(5), "rank 1");
   });
   {
     Fd fd = connect_tcp(host, port, deadline_after(5));
@@ -216,7 +218,9 @@ void test_strangers() {
     send_all(fd.get(), hello, sizeof(hello), deadline_after(5), "rank 1");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  { Fd fd = connect_tcp(host, port, deadline_after(5)); }
+  {
+    Fd fd = connect_tcp(host, port, deadline_after(5));
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   // The real rank 0 arrives after the strangers; the job proceeds.
   std::unique_ptr<TcpTransport> rank0 = std::make_unique<TcpTransport>(store, mesh_options(0, 2, "strangers"));
@@ -251,12 +255,27 @@ void test_bad_frames() {
     uint8_t h[16] = {0x50, 0x48, 0x56, 0x4d, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0};  // "PHVM", seq 0, len 8
     const char* what = "";
     std::string needle;
-    if (variant == 0) { h[0] = 0; what = "bad magic rejected"; needle = "bad message magic"; }
-    if (variant == 1) { h[15] = 0x10; what = "oversized length rejected before allocation"; needle = "1152921504606846984 bytes"; }
-    if (variant == 2) { h[4] = 5; what = "wrong sequence rejected"; needle = "message #5"; }
+    if (variant == 0) {
+      h[0] = 0;
+      what = "bad magic rejected";
+      needle = "bad message magic";
+    }
+    if (variant == 1) {
+      h[15] = 0x10;
+      what = "oversized length rejected before allocation";
+      needle = "1152921504606846984 bytes";
+    }
+    if (variant == 2) {
+      h[4] = 5;
+      what = "wrong sequence rejected";
+      needle = "message #5";
+    }
     // A message shorter than the receive that sleeps for it: SO_RCVLOWAT must still wake the receiver
     // for the header, so this fails at once with a protocol error, not at the deadline.
-    if (variant == 3) { what = "short message to a sleeping 1 MiB receive rejected"; needle = "expects 1048576"; }
+    if (variant == 3) {
+      what = "short message to a sleeping 1 MiB receive rejected";
+      needle = "expects 1048576";
+    }
     std::vector<uint64_t> buf(variant == 3 ? (1 << 20) / 8 : 1, 0);
     std::thread late;
     if (variant == 3) {
@@ -271,12 +290,14 @@ void test_bad_frames() {
     }
     std::vector<RequestId> done;
     Clock::time_point t0 = Clock::now();
-    expect_error(what, ErrorKind::INTERNAL, {"rank 1:", "rank 0 (", needle}, [&] { rank1->progress(done, deadline_after(5)); });
+    expect_error(what, ErrorKind::INTERNAL, {"rank 1:", "rank 0 (", needle},
+                 [&] { rank1->progress(done, deadline_after(5)); });
     CHECK(Clock::now() - t0 < std::chrono::seconds(2));
     if (late.joinable()) late.join();
     CHECK(rank1->pending() == 0);
     // Every later call reports the first failure.
-    expect_error("later calls repeat the first error", ErrorKind::INTERNAL, {needle}, [&] { rank1->post_send(0, buf.data(), 8); });
+    expect_error("later calls repeat the first error", ErrorKind::INTERNAL, {needle},
+                 [&] { rank1->post_send(0, buf.data(), 8); });
     CHECK(thrown_peer([&] { rank1->post_send(0, buf.data(), 8); }) == 0);  // the protocol error is about rank 0
   }
 }
@@ -304,8 +325,10 @@ void test_peer_lost_and_timeout() {
   // A large send to a peer that is closed: the send fails too, it does not block.
   std::vector<char> big(32 << 20);
   mesh[2]->post_send(1, big.data(), big.size());
-  expect_error("send to a closed peer -> PEER_LOST", ErrorKind::PEER_LOST, {"rank 2:", "rank 1 ("},
-               [&] { mesh[2]->wait_all({}, deadline_after(10)); mesh[2]->progress(done, deadline_after(10)); });
+  expect_error("send to a closed peer -> PEER_LOST", ErrorKind::PEER_LOST, {"rank 2:", "rank 1 ("}, [&] {
+    mesh[2]->wait_all({}, deadline_after(10));
+    mesh[2]->progress(done, deadline_after(10));
+  });
   CHECK(thrown_peer([&] { mesh[2]->post_send(0, buf, 1); }) == 1);
 }
 
@@ -337,7 +360,8 @@ void test_self_and_single() {
   mesh[0]->wait_all({r, s}, deadline_after(1));
   CHECK(b == "hello");
   CHECK(mesh[0]->pending() == 0);
-  expect_error("peer out of range", ErrorKind::INVALID_ARGUMENT, {"rank 3"}, [&] { mesh[0]->post_send(3, a.data(), 1); });
+  expect_error("peer out of range", ErrorKind::INVALID_ARGUMENT, {"rank 3"},
+               [&] { mesh[0]->post_send(3, a.data(), 1); });
   std::printf("ok   messages to self\n");
 }
 

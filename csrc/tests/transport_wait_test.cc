@@ -142,7 +142,8 @@ void test_watch() {
       }
     });
     size_t piece = kBytes / 8;
-    for (int i = 0; i < 8; ++i) mesh[0]->wait_all({mesh[0]->post_recv(1, got.data() + i * piece, piece)}, deadline_after(5));
+    for (int i = 0; i < 8; ++i)
+      mesh[0]->wait_all({mesh[0]->post_recv(1, got.data() + i * piece, piece)}, deadline_after(5));
     slow.join();
     expect(got == big, "a sender that pauses 0.1 s between messages passes fail_s = 0.3 s, data intact");
     mesh[0]->post_recv(1, buf, sizeof(buf));

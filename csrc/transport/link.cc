@@ -13,9 +13,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-std::string Link::describe() const {
-  return "rank " + std::to_string(peer_) + " (" + addr_ + kind_note() + ")";
-}
+std::string Link::describe() const { return "rank " + std::to_string(peer_) + " (" + addr_ + kind_note() + ")"; }
 
 void PeerLink::post_send(Transfer t) {
   t.seq = send_seq_++;
@@ -52,9 +50,8 @@ std::string PeerLink::text(const Transfer& t, Direction d) const {
   std::ostringstream s;
   const size_t framing = framing_bytes();
   size_t payload_done = t.done > framing ? t.done - framing : 0;
-  s << (send ? "send to " : "receive from ") << describe() << " of message #" << t.seq << " (" << t.len
-    << " bytes, " << payload_done << " " << (send ? "sent" : "received") << ", posted " << seconds_since(t.posted)
-    << " s ago)";
+  s << (send ? "send to " : "receive from ") << describe() << " of message #" << t.seq << " (" << t.len << " bytes, "
+    << payload_done << " " << (send ? "sent" : "received") << ", posted " << seconds_since(t.posted) << " s ago)";
   return s.str();
 }
 

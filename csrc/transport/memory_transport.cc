@@ -32,9 +32,16 @@ struct SinkMatch {  // a matched zero-copy receive, waiting for its receiver's p
 
 struct MemoryWorld {
   MemoryWorld(int n, bool in_place_)
-      : size(n), in_place(in_place_), sends(static_cast<size_t>(n * n)), recvs(static_cast<size_t>(n * n)),
-        matched(static_cast<size_t>(n)), completed(static_cast<size_t>(n)), pending(static_cast<size_t>(n), 0), next_id(static_cast<size_t>(n), 1),
-        failure(static_cast<size_t>(n)), failure_peer(static_cast<size_t>(n), kNoPeer) {}
+      : size(n),
+        in_place(in_place_),
+        sends(static_cast<size_t>(n * n)),
+        recvs(static_cast<size_t>(n * n)),
+        matched(static_cast<size_t>(n)),
+        completed(static_cast<size_t>(n)),
+        pending(static_cast<size_t>(n), 0),
+        next_id(static_cast<size_t>(n), 1),
+        failure(static_cast<size_t>(n)),
+        failure_peer(static_cast<size_t>(n), kNoPeer) {}
 
   int size;
   bool in_place;
@@ -63,8 +70,8 @@ struct MemoryWorld {
       rq.pop_front();
       if (s.len != r.len) {
         std::string msg = "memory transport: rank " + std::to_string(dst) + " posted a receive of " +
-                          std::to_string(r.len) + " bytes from rank " + std::to_string(src) +
-                          " but the message has " + std::to_string(s.len) + " bytes";
+                          std::to_string(r.len) + " bytes from rank " + std::to_string(src) + " but the message has " +
+                          std::to_string(s.len) + " bytes";
         // Both requests stay pending, so both ranks reach progress(), which throws.
         failure[static_cast<size_t>(src)] = msg;
         failure[static_cast<size_t>(dst)] = msg;
@@ -159,8 +166,8 @@ void MemoryTransport::progress(std::vector<RequestId>& completed, Deadline deadl
     if (world_->pending[me] == 0) return;
     if (world_->cv.wait_until(lock, deadline) == std::cv_status::timeout && world_->completed[me].empty() &&
         world_->pending[me] > 0 && world_->failure[me].empty() && world_->abort_reason.empty()) {
-      throw_error(ErrorKind::TIMEOUT, "rank ", rank_, ": memory transport deadline passed with ",
-                  world_->pending[me], " requests pending");
+      throw_error(ErrorKind::TIMEOUT, "rank ", rank_, ": memory transport deadline passed with ", world_->pending[me],
+                  " requests pending");
     }
   }
 }

@@ -19,8 +19,10 @@ void SelfLink::match() {
     Transfer& s = sends_.front();
     Transfer& r = recvs_.front();
     if (s.len != r.len)
-      host_.fail(ErrorKind::INTERNAL, "message to self of " + std::to_string(s.len) +
-                                          " bytes, but the posted receive expects " + std::to_string(r.len), kNoPeer);
+      host_.fail(ErrorKind::INTERNAL,
+                 "message to self of " + std::to_string(s.len) + " bytes, but the posted receive expects " +
+                     std::to_string(r.len),
+                 kNoPeer);
     if (s.len) std::memmove(r.buf, s.buf, s.len);
     host_.complete(s);
     host_.complete(r);

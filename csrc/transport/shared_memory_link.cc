@@ -28,7 +28,8 @@ void SharedMemoryLink::drain_doorbell() {
       // A send into a ring completes before the peer reads it, so a peer may finish and exit while its
       // last messages still wait in our ring: drain them first; fail only if more is expected.
       if (!recvs_.empty()) recv_some();
-      if (!idle()) host_.fail(ErrorKind::PEER_LOST, "connection closed by " + describe() + " during " + front_text(), peer_);
+      if (!idle())
+        host_.fail(ErrorKind::PEER_LOST, "connection closed by " + describe() + " during " + front_text(), peer_);
       closed_ = true;
       return;
     }
@@ -169,7 +170,8 @@ bool SharedMemoryLink::prepare_sleep() {
 
 short SharedMemoryLink::poll_events() {
   if (idle()) return 0;
-  if (closed_) host_.fail(ErrorKind::PEER_LOST, "connection closed by " + describe() + " during " + front_text(), peer_);
+  if (closed_)
+    host_.fail(ErrorKind::PEER_LOST, "connection closed by " + describe() + " during " + front_text(), peer_);
   return POLLIN;  // doorbells (and the peer's death) arrive on the socket
 }
 

@@ -19,7 +19,9 @@ class SharedMemoryLink : public PeerLink {
   // publish_bytes: publish (release) at least every this many bytes inside a long message.
   SharedMemoryLink(int peer, std::string addr, Fd fd, std::unique_ptr<ShmLink> rings, size_t publish_bytes,
                    LinkHost& host)
-      : PeerLink(peer, std::move(addr), host), fd_(std::move(fd)), rings_(std::move(rings)),
+      : PeerLink(peer, std::move(addr), host),
+        fd_(std::move(fd)),
+        rings_(std::move(rings)),
         publish_bytes_(publish_bytes) {}
 
   bool shares_memory() const override { return rings_ != nullptr; }

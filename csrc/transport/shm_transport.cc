@@ -167,15 +167,14 @@ std::string shm_host_id() {
   gethostname(host, sizeof(host) - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat st {};
+  struct stat st{};
   stat("/dev/shm", &st);
   return std::string(host) + "|" + boot + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
 }
 
 std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
                                                       const std::vector<std::string>& addrs, bool enable,
-                                                      size_t ring_bytes, Deadline deadline,
-                                                      bool* all_local) {
+                                                      size_t ring_bytes, Deadline deadline, bool* all_local) {
   const int size = static_cast<int>(fds.size());
   std::vector<std::unique_ptr<ShmLink>> links(size);
   auto who = [&](int p) { return "rank " + std::to_string(p) + " (" + addrs[p] + ")"; };
@@ -220,8 +219,9 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
         if (maps[p]) names[p] = name;
         else shm_unlink(name.c_str());
       }
-      if (names[p].empty()) log(LogLevel::WARNING, "rank ", rank, ": shared memory with ", who(p), " unavailable (",
-                                errno_text(errno), "); using TCP");
+      if (names[p].empty())
+        log(LogLevel::WARNING, "rank ", rank, ": shared memory with ", who(p), " unavailable (", errno_text(errno),
+            "); using TCP");
       char msg[kNameBytes] = {0};
       std::memcpy(msg, names[p].data(), names[p].size());
       send_all(fds[p], msg, sizeof(msg), deadline, who(p));
@@ -236,7 +236,7 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
       uint8_t ack = 0;
       if (!name.empty() && name.rfind("/phv-", 0) == 0) {
         int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-        struct stat st {};
+        struct stat st{};
         size_t ring = 0;
         if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) > kCtlBytes) {
           ring = (static_cast<size_t>(st.st_size) - kCtlBytes) / 2;

@@ -103,7 +103,6 @@ std::string shm_host_id();
 // and that pair falls back to TCP.
 std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vector<int>& fds,
                                                       const std::vector<std::string>& addrs, bool enable,
-                                                      size_t ring_bytes, Deadline deadline,
-                                                      bool* all_local = nullptr);
+                                                      size_t ring_bytes, Deadline deadline, bool* all_local = nullptr);
 
 }  // namespace phv

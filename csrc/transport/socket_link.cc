@@ -55,8 +55,8 @@ void SocketLink::move_some(std::deque<Transfer>& queue, Direction d) {
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
-      host_.fail(ErrorKind::PEER_LOST, "connection lost during " + text(queue.front(), d) + ": " +
-                                           errno_text(errno), peer_);
+      host_.fail(ErrorKind::PEER_LOST, "connection lost during " + text(queue.front(), d) + ": " + errno_text(errno),
+                 peer_);
     }
     // A received header is checked as soon as it is complete; payload bytes that a readv placed in the
     // posted buffer before a failed check are never reported as a completed receive.

@@ -123,8 +123,8 @@ struct Acceptor {
               log(LogLevel::ERROR, "rank ", opt.rank, ": ", error);
               return;
             } else if (peer.role != HandshakeRole::TRANSPORT || peer.rank < 0 || peer.rank >= opt.rank) {
-              refuse(p, "unexpected peer (" + std::string(role_name(peer.role)) + " rank " +
-                            std::to_string(peer.rank) + ")");
+              refuse(p, "unexpected peer (" + std::string(role_name(peer.role)) + " rank " + std::to_string(peer.rank) +
+                            ")");
             } else {
               try {
                 send_all(p.fd.get(), proof.data(), proof.size(), p.until, p.addr);
@@ -176,10 +176,11 @@ std::vector<MeshConnection> connect_mesh(Store& store, const MeshOptions& opt, s
 
   Acceptor acceptor{opt, listener.get(), deadline, &conns, rejected, "", ErrorKind::TIMEOUT, false, false};
   std::thread accept_thread;
-  if (opt.rank > 0) accept_thread = std::thread([&] {
-    acceptor.run();
-    acceptor.finished = true;
-  });
+  if (opt.rank > 0)
+    accept_thread = std::thread([&] {
+      acceptor.run();
+      acceptor.finished = true;
+    });
 
   std::string connect_error;
   ErrorKind connect_kind = ErrorKind::INTERNAL;

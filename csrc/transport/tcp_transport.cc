@@ -23,11 +23,14 @@ constexpr long kPauseNs = 2000;
 }  // namespace
 
 TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
-    : rank_(options.rank), size_(options.size), spin_us_(options.shm_spin_us),
-      pause_ns_(options.shm_yield > 0 ? 0 : kPauseNs), in_place_(options.shm_in_place), links_(options.size) {
-  const size_t publish_bytes =
-      std::max(kShmAlign, (options.shm_publish_bytes ? options.shm_publish_bytes : kShmPublishBytes) /
-                              kShmAlign * kShmAlign);
+    : rank_(options.rank),
+      size_(options.size),
+      spin_us_(options.shm_spin_us),
+      pause_ns_(options.shm_yield > 0 ? 0 : kPauseNs),
+      in_place_(options.shm_in_place),
+      links_(options.size) {
+  const size_t publish_bytes = std::max(
+      kShmAlign, (options.shm_publish_bytes ? options.shm_publish_bytes : kShmPublishBytes) / kShmAlign * kShmAlign);
   std::vector<MeshConnection> conns = connect_mesh(store, options, &rejected_);
   std::vector<std::unique_ptr<ShmLink>> rings(size_);
   if (size_ > 1) {
@@ -59,8 +62,8 @@ TcpTransport::TcpTransport(Store& store, const MeshOptions& options)
       links_[p] = std::make_unique<SharedMemoryLink>(p, conns[p].addr, std::move(conns[p].fd), std::move(rings[p]),
                                                      publish_bytes, host);
     } else {
-      links_[p] = std::make_unique<SocketLink>(p, conns[p].addr, std::move(conns[p].fd), options.recv_lowat_bytes,
-                                               host);
+      links_[p] =
+          std::make_unique<SocketLink>(p, conns[p].addr, std::move(conns[p].fd), options.recv_lowat_bytes, host);
     }
   }
   if (spin_us_ < 0) spin_us_ = kSpinUs;
@@ -84,8 +87,8 @@ std::string TcpTransport::describe_peer(int peer) const {
 
 void TcpTransport::check_usable(int peer, const char* what) const {
   if (failure_) throw *failure_;
-  PHV_CHECK_ARG(peer >= 0 && peer < size_, "rank ", rank_, ": ", what, " to/from rank ", peer,
-                " which is not in [0, ", size_, ")");
+  PHV_CHECK_ARG(peer >= 0 && peer < size_, "rank ", rank_, ": ", what, " to/from rank ", peer, " which is not in [0, ",
+                size_, ")");
 }
 
 void TcpTransport::fail(ErrorKind kind, const std::string& message, int peer) {
@@ -171,8 +174,7 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
     if (pollfds_.empty())
       fail(ErrorKind::INTERNAL, std::string("a message to self is pending with no matching ") + self_->missing_half());
     int rc = ::poll(pollfds_.data(), pollfds_.size(), before_sleep(idle, deadline));
-    if (rc < 0 && errno != EINTR)
-      fail(ErrorKind::INTERNAL, std::string("poll failed: ") + errno_text(errno));
+    if (rc < 0 && errno != EINTR) fail(ErrorKind::INTERNAL, std::string("poll failed: ") + errno_text(errno));
     if (rc == 0 && Clock::now() >= deadline)
       fail(ErrorKind::TIMEOUT, "deadline passed while waiting for " + waiting_for(), first_waiting_peer());
   }

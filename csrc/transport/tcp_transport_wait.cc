@@ -54,16 +54,17 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
     double stalled = std::chrono::duration<double>(now - idle.since).count();
     if (w.fail_s > 0) {
       if (stalled >= w.fail_s)
-        fail(ErrorKind::TIMEOUT, "no byte moved for " + one_decimal(stalled) +
-                                     " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" + one_decimal(w.fail_s) +
-                                     ") while waiting for " + waiting_for(), first_waiting_peer());
+        fail(ErrorKind::TIMEOUT,
+             "no byte moved for " + one_decimal(stalled) + " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
+                 one_decimal(w.fail_s) + ") while waiting for " + waiting_for(),
+             first_waiting_peer());
       timeout = std::min(timeout, ms_until(idle.since + seconds(w.fail_s), now));
     }
     if (w.warn_s > 0) {
       if (now >= idle.next_warn) {
         log(LogLevel::WARNING, "rank ", rank_, ": ", w.describe ? w.describe(w.context) : std::string("a transfer"),
-            " has not moved a byte for ", one_decimal(stalled), " s (HOROVOD_STALL_CHECK_TIME_SECONDS=",
-            one_decimal(w.warn_s), "): waiting for ", waiting_for(),
+            " has not moved a byte for ", one_decimal(stalled),
+            " s (HOROVOD_STALL_CHECK_TIME_SECONDS=", one_decimal(w.warn_s), "): waiting for ", waiting_for(),
             ". That rank may be stopped, swapped out or overloaded.");
         idle.next_warn = now + seconds(w.warn_s);
       }

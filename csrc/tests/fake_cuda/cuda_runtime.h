@@ -25,7 +25,10 @@ inline thread_local int polls = 0;
 inline thread_local std::string pci_bus_id = "0000:01:00.0";  // what this thread's one device reports
 }  // namespace fake_cuda
 
-inline cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetPCIBusId(char* out, int len, int) {
   std::strncpy(out, fake_cuda::pci_bus_id.c_str(), static_cast<size_t>(len));
   return cudaSuccess;
@@ -55,7 +58,19 @@ inline cudaError_t cudaEventQuery(cudaEvent_t) {
   fake_cuda::pending.clear();
   return cudaSuccess;
 }
-inline cudaError_t cudaMalloc(void** p, size_t n) { *p = std::malloc(n ? n : 1); return cudaSuccess; }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMallocHost(void** p, size_t n) { *p = std::malloc(n ? n : 1); return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}

@@ -8,9 +8,10 @@ one op, then of the other (the order alternates between rounds), each after a ba
 the slowest rank's. Reported per op: the median busbw over rounds (busbw = size * 2(n-1)/n / time, the
 nccl-tests allreduce figure, for both ops: Adasum's halving moves the same bytes as the ring), and the
 median of the per-round ratios Adasum/Sum, and the CPU time per call (the busiest rank's median; it
-does not stretch with the machine's load as wall time does). Sum runs on zeros in place (a sum of data grows without bound
-over the calls); Adasum on random data per rank (after the first call all ranks hold the same vector,
-which Adasum then returns unchanged, so the values stay bounded; the cost does not depend on the values).
+does not stretch with the machine's load as wall time does). Sum runs on zeros in place (a sum of data
+grows without bound over the calls); Adasum on random data per rank (after the first call all ranks hold
+the same vector, which Adasum then returns unchanged, so the values stay bounded; the cost does not depend
+on the values).
 """
 import argparse
 import os

@@ -135,7 +135,8 @@ def launch(kind, a, path):
         cmd = ["-np", str(kind)]
         env.update({"PYHOROVOD_NOISE_SCALE_HORIZON": "25600", "PYHOROVOD_NOISE_SCALE_LOG_EVERY": "0"})
     full = [sys.executable, "-m", "pyhorovod.run"] + cmd + [sys.executable, os.path.abspath(__file__), "--worker",
-                                                            "--json", path, "--target", str(a.target), "--max-steps", str(a.max_steps)]
+                                                            "--json", path, "--target", str(a.target),
+                                                            "--max-steps", str(a.max_steps)]
     t = time.monotonic()
     proc = subprocess.run(full, cwd=ROOT, env=env, timeout=a.timeout, capture_output=True, text=True)
     wall = time.monotonic() - t

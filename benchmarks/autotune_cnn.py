@@ -106,7 +106,8 @@ def main():
         sys.exit(f"autotune_cnn.py: {reason}")
     cleanup_stale()
     env = {"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": str(a.steps_per_sample),
-           "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": str(a.warmup), "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": str(a.max_samples),
+           "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": str(a.warmup),
+           "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": str(a.max_samples),
            "HOROVOD_AUTOTUNE_LOG": "/tmp/pyhorovod_autotune_cnn.csv"}
     with Network(hosts=a.hosts) as net:
         for h in net.hosts:
@@ -125,7 +126,8 @@ def main():
     print_table(["setting", "median step ms", "vs best hand-picked"], table)
     ratio = med["autotuned"] / hand[best]
     print(f"autotuned / best hand-picked ({best}): {ratio:.3f} (goal <= 1.05)")
-    with open("/tmp/pyhorovod_autotune_cnn.csv") if os.path.exists("/tmp/pyhorovod_autotune_cnn.csv") else open(os.devnull) as f:
+    with (open("/tmp/pyhorovod_autotune_cnn.csv") if os.path.exists("/tmp/pyhorovod_autotune_cnn.csv")
+          else open(os.devnull)) as f:
         log = f.read()
     if a.json:
         write_result(a.json, {"median_step_s": med, "best_hand_picked": best, "ratio": ratio, "tuned": r0["tuned"],

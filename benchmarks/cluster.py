@@ -12,10 +12,11 @@ this bimodal machine; medians over rounds); "single" (one process, no communicat
 the scaling efficiency: samples/s of the job / (workers x samples/s of one).
 
 Then a probe of the communication alone (--probe-rounds): the gradient's allreduce, flat and per layer,
-pyhorovod against gloo, at the first link speed. Then the accuracy runs (--accuracy-steps, at the first link speed): each candidate of --accuracy-candidates
-trains from scratch for the step budget, rank 0 evaluating every --eval-every steps; reported: final test
-accuracy and the steps and training seconds each needed to reach the uncompressed pyhorovod run's final
-accuracy. Horovod 0.28.1 is a candidate only where `import horovod.torch` works (not built here).
+pyhorovod against gloo, at the first link speed. Then the accuracy runs (--accuracy-steps, at the first link
+speed): each candidate of --accuracy-candidates trains from scratch for the step budget, rank 0 evaluating
+every --eval-every steps; reported: final test accuracy and the steps and training seconds each needed to
+reach the uncompressed pyhorovod run's final accuracy. Horovod 0.28.1 is a candidate only where
+`import horovod.torch` works (not built here).
 
 Outputs: benchmarks/results/cluster_<H>x<R>.json, cluster_<H>x<R>_throughput.png (samples/s by candidate
 and link), cluster_<H>x<R>_accuracy.png (test accuracy against training time).

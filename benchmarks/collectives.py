@@ -186,7 +186,8 @@ def best_peer(agg):
     time_best_peer / time_ours (>= 1: pyhorovod leads the cell)."""
     rows = []
     for (n, op, nbytes) in sorted({(k[0], k[2], k[3]) for k in agg}, key=lambda c: (c[0], OPS.index(c[1]), c[2])):
-        peers = [(a["time_s"], k[1]) for k, a in agg.items() if k[1] not in OURS and (k[0], k[2], k[3]) == (n, op, nbytes)]
+        peers = [(a["time_s"], k[1]) for k, a in agg.items()
+                 if k[1] not in OURS and (k[0], k[2], k[3]) == (n, op, nbytes)]
         if not peers:
             continue
         t_peer, peer = min(peers)
@@ -206,7 +207,8 @@ def print_results(agg, rat):
         a = agg[k]
         if (a["n"], a["op"], a["cand"]) != last:
             if rows:
-                C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)", "#wrong"], rows)
+                C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)",
+                               "#wrong"], rows)
                 rows = []
             last = (a["n"], a["op"], a["cand"])
             print(f"\n# {a['op']}  n={a['n']}  {a['cand']}  (float32, median of rounds x batches, slowest rank)")
@@ -214,7 +216,8 @@ def print_results(agg, rat):
         rows.append([C.fmt_size(a["bytes"]), a["bytes"] // 4, f"{a['time_s'] * 1e6:.1f}", f"{a['algbw']:.3f}",
                      f"{a['busbw']:.3f}", f"{min(rm) * 1e6:.0f}..{max(rm) * 1e6:.0f}", a["wrong"]])
     if rows:
-        C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)", "#wrong"], rows)
+        C.print_table(["size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "rounds min..max(us)", "#wrong"],
+                      rows)
     if rat:
         print("\n# ratios time_peer/time_ours (> 1: pyhorovod faster)")
         C.print_table(["n", "op", "size", "ours", "peer", "of medians", "paired (median)", "rounds"],

@@ -44,7 +44,8 @@ def prediction_section(measured):
             rows.append([C.fmt_size(m), mode, f"{meas * 1e3:.2f}", f"{pred * 1e3:.2f}", f"{err * 100:+.0f}%",
                          "yes" if abs(err) <= 0.25 else "NO"])
     print(f"# prediction on the shaped links: {measured['hosts']} hosts x {measured['per_host']}, "
-          f"inter {measured['rate_mbit']:g} Mbit/s (tbf rate), intra beta {fit['local'][1] / 1e9:.2f} GB/s (engine fit)")
+          f"inter {measured['rate_mbit']:g} Mbit/s (tbf rate), "
+          f"intra beta {fit['local'][1] / 1e9:.2f} GB/s (engine fit)")
     C.print_table(["size", "mode", "measured ms", "model ms", "error", "within 25%"], rows)
     return out
 
@@ -62,7 +63,8 @@ def extrapolation_section():
                 rows.append([alg, comp_name, "yes" if ov else "no", f"{e * 100:.1f}%"])
     m = step.grad_bytes
     print(f"\n# extrapolation: ResNet-101, {m / 1e6:.0f} MB fp32, compute {step.compute_s * 1e3:.0f} ms/step, "
-          f"32 hosts x 4 GPUs, 25 GbE (beta {inter.beta_bytes_per_s / 1e9:.2f} GB/s), intra {NVLINK.beta_bytes_per_s / 1e9:.0f} GB/s")
+          f"32 hosts x 4 GPUs, 25 GbE (beta {inter.beta_bytes_per_s / 1e9:.2f} GB/s), "
+          f"intra {NVLINK.beta_bytes_per_s / 1e9:.0f} GB/s")
     print(f"  one allreduce of the whole gradient: flat {cm.flat_ring_time(m, cluster) * 1e3:.0f} ms, "
           f"hierarchical {cm.hierarchical_allreduce_time(m, cluster) * 1e3:.0f} ms")
     C.print_table(["allreduce", "compression", "overlap", "efficiency at 128"], rows)

@@ -52,7 +52,8 @@ def worker(sizes, rounds: int, reps: int) -> None:
                     t[mode].append(time.perf_counter() - t0)
     info = engine.hierarchy()
     hvd.shutdown()
-    print("RESULT " + json.dumps({"times": times, "hierarchy": {k: info[k] for k in ("host_of", "flat", "local", "cross")}}),
+    print("RESULT " + json.dumps({"times": times,
+                                  "hierarchy": {k: info[k] for k in ("host_of", "flat", "local", "cross")}}),
           flush=True)
 
 
@@ -88,8 +89,8 @@ def main():
     with Network(hosts=a.hosts) as net:
         for h in net.hosts:
             h.shape("hv0", rate_mbit=a.rate_mbit)
-        cmd = ["python3", os.path.abspath(__file__), "--worker", "--size", ",".join(map(str, sizes)), "--rounds", str(a.rounds),
-               "--reps", str(a.reps)]
+        cmd = ["python3", os.path.abspath(__file__), "--worker", "--size", ",".join(map(str, sizes)),
+               "--rounds", str(a.rounds), "--reps", str(a.reps)]
         rows = run_job(net, a.per_host, cmd, timeout=600)
     fit = rows[0]["hierarchy"]
     print(f"{a.hosts} hosts x {a.per_host} ranks, {a.rate_mbit:g} Mbit/s, {a.rounds} rounds x {a.reps} per mode")

@@ -173,7 +173,8 @@ def analyze(rec, spans, marks, slack_ms):
             grads.append({"name": n, "numel": rec["numel"][n], "ready_ms": t["ready"][n] / 1e6 - b0,
                           "enqueued_ms": t["enqueued"][n] / 1e6 - b0, "spans": mine,
                           "coordinator_marks_ms": {m: to_ms(ts) - b0 for m, ts in seen.items()},
-                          "allreduce_inside_backward": frac([mine["ALLREDUCE"]], bwd_ms) if "ALLREDUCE" in mine else None})
+                          "allreduce_inside_backward": (frac([mine["ALLREDUCE"]], bwd_ms)
+                                                        if "ALLREDUCE" in mine else None)})
         ar = union([tuple(g["spans"]["ALLREDUCE"]) for g in grads if "ALLREDUCE" in g["spans"]])
         ar_ms = sum(e - b for b, e in ar)
         per_step.append({"forward_ms": [t["fwd_b"] / 1e6 - b0, 0.0], "backward_ms": [0.0, bwd_ms],
@@ -257,7 +258,8 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="overlap_tl_")
     trace = args.trace or os.path.join(tmp, "timeline.json")
     wargs = [os.path.abspath(__file__), "--worker", "--trace", trace] + [
-        f"--{k}={getattr(args, k)}" for k in ("input", "hidden", "layers", "classes", "batch", "warmup", "steps", "align", "pairs")]
+        f"--{k}={getattr(args, k)}"
+        for k in ("input", "hidden", "layers", "classes", "batch", "warmup", "steps", "align", "pairs")]
     env = dict(C.python_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(C.free_port()), WORLD_SIZE="2",
                LOCAL_WORLD_SIZE="2")
     rec = C.run_records([([sys.executable] + wargs, dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(2)],
@@ -287,7 +289,8 @@ def main(argv=None):
           f"{rep['allreduce_busy_ms']:.1f} ms in {rep['allreduce_units']} unit(s); backward end -> step end "
           f"{rep['after_backward_ms']:.1f} ms")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    plot(rep, args.out + ".png", f"pyhorovod DistributedOptimizer, 2 ranks, MLP {sum(rec['numel'].values()) / 1e6:.1f}M "
+    plot(rep, args.out + ".png", f"pyhorovod DistributedOptimizer, 2 ranks, "
+         f"MLP {sum(rec['numel'].values()) / 1e6:.1f}M "
          f"params, batch {args.batch}: rank 0, traced step {rep_i}; allreduce time inside backward "
          f"{rep['overlap_fraction']:.0%}")
     pr = [a / b for a, b in rec["pairs_ms"]]
@@ -298,7 +301,8 @@ def main(argv=None):
     rounds = measure(args) if args.rounds > 0 else []
     ratio = C.median([r["ratio"] for r in rounds]) if rounds else None
     if rounds:
-        print(f"\nstep time overlap / synchronize-after-backward, separate launches (paired median of {len(rounds)} rounds): "
+        print(f"\nstep time overlap / synchronize-after-backward, separate launches "
+              f"(paired median of {len(rounds)} rounds): "
               f"{ratio:.3f}  (< 1: overlap faster)")
     C.write_result(args.out + ".json", {
         "meta": {"argv": sys.argv, "np": 2, "batch": args.batch, "params": sum(rec["numel"].values()),

@@ -212,9 +212,11 @@ def report(records, args, t0):
                     cm.parameter_server_time(nbytes, n, net, servers=min(args.servers, n), colocated=True))
         results.append({"alg": alg, "n": n, "bytes": nbytes, "time_s": t, "samples_s": samples, "wrong": wrong,
                         "model_s": pred})
-        rows.append([alg, n, C.fmt_size(nbytes), f"{t * 1e3:.1f}", f"{min(samples) * 1e3:.1f}..{max(samples) * 1e3:.1f}",
+        rows.append([alg, n, C.fmt_size(nbytes), f"{t * 1e3:.1f}",
+                     f"{min(samples) * 1e3:.1f}..{max(samples) * 1e3:.1f}",
                      f"{pred * 1e3:.1f}" if pred else "-", f"{(t / pred - 1) * 100:+.0f}%" if pred else "-", wrong])
-    print(f"\n# sum-allreduce float32, {'netns, ' + str(args.rate_mbit) + ' Mbit/s links' if args.netns else 'loopback TCP'},"
+    print(f"\n# sum-allreduce float32, "
+          f"{'netns, ' + str(args.rate_mbit) + ' Mbit/s links' if args.netns else 'loopback TCP'},"
           f" parameter servers: {args.servers}")
     C.print_table(["alg", "n", "size", "time(ms)", "min..max(ms)", "model(ms)", "measured vs model", "#wrong"], rows)
     C.write_result(args.json, {"meta": {"argv": sys.argv, "seconds": time.time() - t0, "rate_mbit": args.rate_mbit,

@@ -238,7 +238,8 @@ def report(allr, n, label):
             sizes.append(b)
     sizes.sort()
     print(f"\n# allreduce float32, n={n} {label}: median over rounds of (slowest rank wall per call);"
-          f" cpu = mean over ranks of user+sys per call (sys: the kernel's part); ratio = median over rounds of wall(cand)/wall({cands[0]})")
+          f" cpu = mean over ranks of user+sys per call (sys: the kernel's part);"
+          f" ratio = median over rounds of wall(cand)/wall({cands[0]})")
     hdr = (f"{'size':>6} {'cand':28s} {'wall(us)':>10} {'busbw(GB/s)':>11} {'cpu(us)':>10} {'sys(us)':>9}"
            f" {'ratio':>7} {'min..max(us)':>18}")
     print(hdr)
@@ -256,7 +257,8 @@ def report(allr, n, label):
             print(f"{fmt_size(b):>6} {c:28s} {w * 1e6:10.1f} {busbw:11.3f} {statistics.median(cpus) * 1e6:10.1f}"
                   f" {statistics.median(syss) * 1e6:9.1f}"
                   f" {ratio:7.3f} {min(walls.values()) * 1e6:8.0f}..{max(walls.values()) * 1e6:<8.0f}")
-            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus), "sys_s": statistics.median(syss),
+            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus),
+                        "sys_s": statistics.median(syss),
                         "ratio_to_first": ratio, "rounds": len(walls)})
     print("peak RSS per rank (MiB): " + ", ".join(f"{kb / 1024:.0f}" for _, kb in allr))
     return out

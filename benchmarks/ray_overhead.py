@@ -48,6 +48,7 @@ def measure(args):
     gen = torch.Generator().manual_seed(hvd.rank())
     data = [(torch.randn(args.batch, args.input, generator=gen),
              torch.randint(0, args.classes, (args.batch,), generator=gen)) for _ in range(4)]
+
     def step(i):
         x, y = data[i % len(data)]
         t0 = time.perf_counter()

@@ -35,7 +35,7 @@ PUBLISHED = {
     "gpus_per_host": 4,             # Horovod's paper: 128 Pascal GPUs on 32 servers
     "batch_per_gpu": 64,
     "fusion_bytes": 64 << 20,       # Horovod's default fusion buffer
-    "backward_fraction": 2.0 / 3.0, # backward ~ twice the forward FLOPs
+    "backward_fraction": 2.0 / 3.0,  # backward ~ twice the forward FLOPs
     "models": {
         # params, images/s of one P100 (TensorFlow's published P100 synthetic-data figures: Inception V3
         # ~142 img/s; ResNet-101 ~130 img/s, between ResNet-50's 219 and ResNet-152's 92 by FLOPs)
@@ -74,7 +74,8 @@ def fit_section(coll, candidates, min_bytes):
         fits[cand] = {"alpha_s": net.alpha_s, "beta_bytes_per_s": net.beta_bytes_per_s,
                       "worst_rel_error": worst, "points": rows, "per_n": {}}
         print(f"\n# fit, ring allreduce, {cand}: alpha = {net.alpha_s * 1e6:.1f} us, "
-              f"beta = {net.beta_bytes_per_s / 1e9:.3f} GB/s, {len(pts)} points, worst in-sample error {worst * 100:.0f}%")
+              f"beta = {net.beta_bytes_per_s / 1e9:.3f} GB/s, {len(pts)} points, "
+              f"worst in-sample error {worst * 100:.0f}%")
         C.print_table(["n", "size", "measured(us)", "model(us)", "error", "leave-one-out", "within 25%"],
                       [[r["p"], C.fmt_size(int(r["bytes"])), f"{r['measured_s'] * 1e6:.1f}",
                         f"{r['predicted_s'] * 1e6:.1f}", f"{r['rel_error'] * 100:+.0f}%",

@@ -33,7 +33,8 @@ import common as C  # noqa: E402
 
 ALL = ["single", "independent", "pyhvd", "pyhvd-nooverlap", "ddp", "hvd-mpi", "hvd-gloo"]
 DEFAULT = "single,pyhvd,pyhvd-nooverlap,ddp,hvd-mpi"
-FIT_CANDIDATE = {"independent": None, "pyhvd": "api", "pyhvd-nooverlap": "api", "ddp": "gloo", "hvd-mpi": "hvd-mpi", "hvd-gloo": "hvd-gloo"}
+FIT_CANDIDATE = {"independent": None, "pyhvd": "api", "pyhvd-nooverlap": "api", "ddp": "gloo", "hvd-mpi": "hvd-mpi",
+                 "hvd-gloo": "hvd-gloo"}
 
 
 def add_mlp_args(p):
@@ -206,7 +207,8 @@ def main(argv=None):
     dist_cands = [c for c in cands if c != "single"]
     for rnd in range(args.rounds):
         order = [("single", 1)] + [(c, n) for n in nps for c in
-                                   dist_cands[rnd % max(1, len(dist_cands)):] + dist_cands[:rnd % max(1, len(dist_cands))]]
+                                   dist_cands[rnd % max(1, len(dist_cands)):]
+                                   + dist_cands[:rnd % max(1, len(dist_cands))]]
         for cand, n in order:
             t0 = time.time()
             try:
@@ -218,7 +220,8 @@ def main(argv=None):
             s = summarize(recs, args.windows)
             s["params"] = recs[0]["params"]
             runs.append((rnd, cand, s))
-            print(f"round {rnd} {cand:16s} n={n} step {s['step_s'] * 1e3:7.1f} ms  total {s['total_sps']:8.0f} samples/s"
+            print(f"round {rnd} {cand:16s} n={n} step {s['step_s'] * 1e3:7.1f} ms  "
+                  f"total {s['total_sps']:8.0f} samples/s"
                   f"  ({time.time() - t0:4.1f}s)", flush=True)
     return report(runs, failures, skipped, args, t_start)
 
@@ -246,7 +249,8 @@ def report(runs, failures, skipped, args, t_start):
                "efficiency": C.median(eff), "speedup_vs_single": C.median(speed),
                "step_s_by_round": {f"r{rnd}": s["step_s"] for rnd, s in mine}, "fit_candidate": FIT_CANDIDATE[cand]}
         results.append(res)
-        rows.append([cand, n, f"{step * 1e3:.1f}", f"{per_rank:.0f}", f"{res['total_sps']:.0f}", f"{mean:.0f} ± {half:.0f}",
+        rows.append([cand, n, f"{step * 1e3:.1f}", f"{per_rank:.0f}", f"{res['total_sps']:.0f}",
+                     f"{mean:.0f} ± {half:.0f}",
                      f"{res['speedup_vs_single']:.2f}x", f"{res['efficiency'] * 100:.0f}%"])
     print(f"\n# synthetic training, {args.model}, {params / 1e6:.2f}M params, batch {args.batch}/rank; "
           f"single process: {base_step * 1e3:.1f} ms/step, {base_sps:.0f} samples/s")

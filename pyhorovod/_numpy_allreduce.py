@@ -190,4 +190,3 @@ def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None, n
     """As :func:`grouped_allreduce`, writing each result into its input; returns the inputs."""
     return _api.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                      postscale_factor, process_set, dtype, timeout))
-

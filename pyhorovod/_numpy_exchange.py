@@ -24,7 +24,6 @@ def _from_result(result, dtype: np.dtype) -> np.ndarray:
     return np.asarray(result.output).view(dtype).reshape(shape)
 
 
-
 def _on_device(handle: int, run):
     """A CUDA array's request, started by pyhorovod/_cuda_arrays.py: waited for when `run` blocks."""
     return _api.synchronize(handle) if run is _api.submit_sync else handle
@@ -229,4 +228,3 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
     """
     return _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,
                           _api.submit_sync)
-

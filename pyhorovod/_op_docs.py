@@ -19,7 +19,6 @@ DOC_PARTS = {
 }
 
 
-
 def documented(func):
     for key, text in DOC_PARTS.items():
         if func.__doc__:  # None under python -OO

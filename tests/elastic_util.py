@@ -100,7 +100,8 @@ class TinyDriver:
 
     def _assign(self, live: List[int], asks) -> None:
         gen = len(self.generations)
-        self.generations.append([self.ids[i] for i in live] + (["phantom"] if self.phantom_in_first and gen == 0 else []))
+        self.generations.append([self.ids[i] for i in live]
+                                + (["phantom"] if self.phantom_in_first and gen == 0 else []))
         size = len(self.generations[-1])
         for rank, i in enumerate(live):
             record = {"gen": gen, "rank": rank, "size": size, "local_rank": rank, "local_size": size,

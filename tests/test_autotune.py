@@ -13,6 +13,7 @@ START = {"fusion_threshold_bytes": 128 << 20, "cycle_time_ms": 1.0, "hierarchica
 def test_coordinate_search_walks_each_knob_with_the_others_at_their_best():
     s = CoordinateSearch(START, ["fusion_threshold_bytes", "cycle_time_ms"], max_trials=100)
     # Score: fusion 4 MiB is best, and cycle time 5 ms; every other value scores lower.
+
     def score(c):
         return (10 if c["fusion_threshold_bytes"] == 4 << 20 else 1) + (5 if c["cycle_time_ms"] == 5.0 else 0)
     seen = []

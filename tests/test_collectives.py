@@ -102,7 +102,6 @@ def allreduce_matrix(big: bool):
     return checks
 
 
-
 def _block(r, rows, dt, seed, width=3):
     return dt.make(rank_values(r, rows * width, dt, SUM, seed=seed)).reshape(rows, width)
 
@@ -322,7 +321,6 @@ def process_sets_dynamic():
     assert hvd.allreduce(np.array([1]), op=hvd.Sum).tolist() == [size]
     hvd.shutdown()
     return "ok"
-
 
 
 # ------------------------------------------------------------------ one launch per world size

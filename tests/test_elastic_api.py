@@ -178,7 +178,8 @@ def test_horovod_scripts_import_the_elastic_names(tmp_path):
     code = ("from horovod.torch.elastic import run, TorchState, ObjectState, ElasticSampler, State; "
             "from horovod.common.exceptions import HostsUpdatedInterrupt; import horovod.torch as hvd; "
             "import pyhorovod.torch.elastic as e; "
-            "assert hvd.elastic is e and TorchState is e.TorchState and HostsUpdatedInterrupt is e.HostsUpdatedInterrupt")
+            "assert hvd.elastic is e and TorchState is e.TorchState and "
+            "HostsUpdatedInterrupt is e.HostsUpdatedInterrupt")
     env = clean_env({"PYTHONPATH": ALIAS_DIR + ":" + ROOT})
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True,
                           text=True, timeout=120)

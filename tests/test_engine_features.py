@@ -103,7 +103,8 @@ def check_trace(events, n):
     for ph, name in grad:
         first.setdefault((ph, name), len(first))
     assert first[("B", "NEGOTIATE_ALLREDUCE")] < first[("E", "NEGOTIATE_ALLREDUCE")] < first[("B", "QUEUE")]
-    assert first[("B", "MEMCPY_IN_FUSION_BUFFER")] < first[("B", "ALLREDUCE")] < first[("B", "MEMCPY_OUT_FUSION_BUFFER")]
+    assert (first[("B", "MEMCPY_IN_FUSION_BUFFER")] < first[("B", "ALLREDUCE")]
+            < first[("B", "MEMCPY_OUT_FUSION_BUFFER")])
     gathered = [(e["ph"], e["name"]) for e in by_tid[tracks["gathered"]]]
     assert ("B", "NEGOTIATE_ALLGATHER") in gathered and ("E", "ALLGATHER") in gathered, gathered
     assert any(e["name"] == "CYCLE_START" for e in events)

@@ -41,8 +41,8 @@ def test_table_covers_the_ignored_variables_and_spares_the_honoured_ones():
     for name in HONOURED:
         assert _inert_env.reason(name) is None, name
     assert _inert_env.reason("PYHOROVOD_SHM") is None and _inert_env.reason("HOROVOD_") is None
-    env = {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1", "HOROVOD_CCL_ATL_TRANSPORT": "ofi", "HOROVOD_FUSION_THRESHOLD": "1",
-           "HOROVOD_THREAD_AFFINITY": " ", "PATH": "/bin"}
+    env = {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1", "HOROVOD_CCL_ATL_TRANSPORT": "ofi",
+           "HOROVOD_FUSION_THRESHOLD": "1", "HOROVOD_THREAD_AFFINITY": " ", "PATH": "/bin"}
     # Prefix entries cover every name below them; empty values count as unset, as everywhere.
     assert _inert_env.inert_set(env) == ["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "HOROVOD_CCL_ATL_TRANSPORT"]
 
@@ -75,7 +75,8 @@ def test_rank_0_reports_inert_variables_once():
     assert len(seen) == 1 and seen[0][0] == "WARNING", seen
     line = seen[0][1]
     assert "\n" not in line
-    for name in ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (", "HOROVOD_CCL_BGT_AFFINITY (", "HOROVOD_NUM_NCCL_STREAMS ("):
+    for name in ("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (", "HOROVOD_CCL_BGT_AFFINITY (",
+                 "HOROVOD_NUM_NCCL_STREAMS ("):
         assert name in line, line
     assert "HOROVOD_CYCLE_TIME (" not in line   # honoured
 

@@ -7,15 +7,16 @@ the choice. Here every rank sees only the first GPU (CUDA_VISIBLE_DEVICES), so 2
 bodies of test_gpu.py then check every op, dtype, fusion, stream ordering and the optimizer, exactly.
 PYHOROVOD_GPU_PATH=staged forces the same path at one rank. The decision itself, with fake device ids,
 is csrc/tests/gpu_path_test.cc; the staged backend and the routing on host memory, against a fake CUDA
-runtime, csrc/tests/staged_backend_test.cc and gpu_router_test.cc. These tests skip where there is no GPU (benchmarks/device_check.sh runs
-them on a machine with one).
+runtime, csrc/tests/staged_backend_test.cc and gpu_router_test.cc. These tests skip where there is no GPU
+(benchmarks/device_check.sh runs them on a machine with one).
 """
 import os
 
 import pytest
 
 from mp import run_ranks
-from test_gpu import _check, _Checker, _gpu_count, _setup, body_fusion, body_ops, body_optimizer, body_stream_order, needs_gpu
+from test_gpu import (_check, _Checker, _gpu_count, _setup, body_fusion, body_ops, body_optimizer, body_stream_order,
+                      needs_gpu)
 
 STAGED_LOG = "use the host-staged path"
 

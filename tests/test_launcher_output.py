@@ -108,7 +108,8 @@ def test_ranks_filter_under_mpirun(tmp_path):
     ("HOROVOD_FUSION_THRESHOLD", "abc", "environment variable HOROVOD_FUSION_THRESHOLD='abc' is not an integer"),
     ("PYHOROVOD_SHM", "maybe", "environment variable PYHOROVOD_SHM='maybe' is not a boolean (use 1/0, true/false)"),
     ("PYHOROVOD_STORE_MAX_BYTES", "0", "environment variable PYHOROVOD_STORE_MAX_BYTES='0' must be >= 1"),
-    ("PYHOROVOD_KILL_GRACE_SECONDS", "soon", "environment variable PYHOROVOD_KILL_GRACE_SECONDS='soon' is not a number"),
+    ("PYHOROVOD_KILL_GRACE_SECONDS", "soon",
+     "environment variable PYHOROVOD_KILL_GRACE_SECONDS='soon' is not a number"),
 ])
 def test_a_bad_environment_value_is_one_line_before_any_rank_starts(tmp_path, name, value, message):
     marker = tmp_path / "started"

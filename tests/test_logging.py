@@ -69,7 +69,8 @@ def test_user_configuration_after_import_gets_each_line_once():
 
 def test_warnings_still_reach_a_script_without_logging():
     # The NullHandler alone would hide them; init() attaches the handler that shows WARNING and above.
-    results = run_ranks(body_init, 2, timeout=90, args=("",), env={**NO_LEVEL, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1"})
+    results = run_ranks(body_init, 2, timeout=90, args=("",),
+                        env={**NO_LEVEL, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1"})
     assert re.search(r"^\[pyhorovod rank 0 WARNING\] pyhorovod: these Horovod variables have no effect "
                      r"here: HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", results[0].stderr, re.M), results[0].stderr
     assert "no effect" not in results[1].stderr

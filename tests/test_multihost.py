@@ -198,7 +198,8 @@ def test_netns_helper_delay_and_loss(net):
     net.hosts[0].shape("hv1", delay_ms=50)
     try:
         t = time.perf_counter()
-        r = net.hosts[0].run(["python3", "-c", f"import socket; socket.create_connection(('{net.hosts[1].addr('hv1')}', "
+        r = net.hosts[0].run(["python3", "-c", "import socket; "
+                              f"socket.create_connection(('{net.hosts[1].addr('hv1')}', "
                               "9), timeout=5)"], timeout=30)
         assert time.perf_counter() - t >= 0.05 and "refused" in r.stderr, r
     finally:

@@ -84,7 +84,8 @@ def test_wheel_carries_the_extension_and_types_only(wheel):
     assert "Provides-Extra: ray" in metadata and "Provides-Extra: torch" in metadata
     # horovodrun belongs to Horovod: installing pyhorovod must not replace it
     assert "pyhorovod = pyhorovod.runner.cli:main" in entry_points and "horovodrun" not in entry_points
-    stray = [n for n in names if n.startswith(("tests/", "csrc/", "build/", "benchmarks/")) or n.endswith((".o", ".pyc"))]
+    stray = [n for n in names
+             if n.startswith(("tests/", "csrc/", "build/", "benchmarks/")) or n.endswith((".o", ".pyc"))]
     assert not stray, stray
 
 

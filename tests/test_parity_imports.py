@@ -40,7 +40,8 @@ synchronize(allreduce_async_(total, op=Sum))
 assert issubclass(HorovodInternalError, RuntimeError) and HostsUpdatedInterrupt(True).skip_sync
 root_name = broadcast_object(__name__ if hvd.rank() == 0 else None, root_rank=0)
 print(f"RESULT rank={hvd.rank()} size={hvd.size()} module={hvd.__name__} top={horovod.__name__} "
-      f"start={','.join(repr(v) for v in start.tolist()[0])} moved={moved} total={total.item()} sbn={SyncBatchNorm.__module__} "
+      f"start={','.join(repr(v) for v in start.tolist()[0])} moved={moved} total={total.item()} "
+      f"sbn={SyncBatchNorm.__module__} "
       f"root_name={root_name}", flush=True)
 """
 

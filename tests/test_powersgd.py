@@ -265,7 +265,8 @@ def body_all(timeline_dir):
     hvd.init()
     path = os.path.join(timeline_dir, "timeline.json")
     out = {"exact": section_exact(hvd), "error_feedback": section_error_feedback(hvd),
-           "compose": section_compose_and_resume(hvd), "broadcast": section_broadcast_state(hvd), "fused": section_fused_requests(hvd, path),
+           "compose": section_compose_and_resume(hvd), "broadcast": section_broadcast_state(hvd),
+           "fused": section_fused_requests(hvd, path),
            "bad_input": section_bad_input(hvd)}
     hvd.shutdown()
     return out
@@ -343,4 +344,3 @@ def test_bad_input_names_the_parameter(launched):
     _, values, _ = launched
     for v in values:
         assert all(m == "ok" for m in v["bad_input"].values()), v["bad_input"]
-

@@ -290,12 +290,14 @@ def body_errors():
                                                                                           average=True))
     _raises(c, "bad op", ValueError, "not a reduction op", lambda: hvd.allreduce(t, op=42))
     _raises(c, "not a tensor", ValueError, "expected a torch.Tensor", lambda: hvd.allreduce([1.0, 2.0]))
-    _raises(c, "complex", ValueError, "unsupported tensor dtype", lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)))
+    _raises(c, "complex", ValueError, "unsupported tensor dtype",
+            lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64)))
     _raises(c, "sparse", ValueError, "sparse", lambda: hvd.allreduce(torch.ones(2).to_sparse()))
     _raises(c, "bool average", ValueError, "Average", lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool)))
     _raises(c, "root out of range", ValueError, "root_rank", lambda: hvd.broadcast(t, n))
     _raises(c, "root not int", ValueError, "root_rank must be an integer", lambda: hvd.broadcast(t, 0.5))
-    _raises(c, "splits sum", ValueError, "splits add up to", lambda: hvd.alltoall(t, splits=[1] * n if n != 3 else [2] * n))
+    _raises(c, "splits sum", ValueError, "splits add up to",
+            lambda: hvd.alltoall(t, splits=[1] * n if n != 3 else [2] * n))
     _raises(c, "splits count", ValueError, "splits given", lambda: hvd.alltoall(t, splits=[3] + [0] * n))
     _raises(c, "allgather scalar", ValueError, "at least one dimension", lambda: hvd.allgather(torch.tensor(1.0)))
     _raises(c, "bad handle", ValueError, "handle", lambda: hvd.synchronize(123456))

@@ -125,7 +125,8 @@ def section_errors(hvd):
     named = list(model.named_parameters())
     sgd = lambda: torch.optim.SGD(model.parameters(), lr=0.1)  # noqa: E731
     res = {
-        "duplicates": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), named_parameters=[named[0], named[0]] + named[1:]),
+        "duplicates": _expect_error(lambda: hvd.DistributedOptimizer(sgd(),
+                                                                     named_parameters=[named[0], named[0]] + named[1:]),
                                     ValueError, "repeated: 0.weight"),
         "unnamed": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), named_parameters=named[1:]),
                                  ValueError, "leaves out parameters"),
@@ -135,7 +136,8 @@ def section_errors(hvd):
                               ValueError, "expected a positive integer"),
         "predivide": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Sum, gradient_predivide_factor=2.0),
                                    ValueError, "needs op=Average"),
-        "groups": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), groups=-1), ValueError, "expected a positive number of groups"),
+        "groups": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), groups=-1), ValueError,
+                                "expected a positive number of groups"),
         "groups twice": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), groups=[[named[0][1], named[0][1]]]),
                                       ValueError, "more than one place"),
         "lr rule": _expect_error(lambda: hvd.DistributedOptimizer(sgd(), lr_scaling="cubic"), ValueError, "lr_scaling"),

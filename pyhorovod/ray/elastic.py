@@ -262,4 +262,3 @@ def from_executor_arguments(settings, min_workers, max_workers, reset_limit, coo
                          nics=nics)
     return ElasticRayExecutor(es, use_gpu=use_gpu, cpus_per_slot=cpus_per_worker, gpus_per_slot=gpus_per_worker,
                               override_discovery=override_discovery)
-

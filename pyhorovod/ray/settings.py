@@ -31,7 +31,8 @@ def create_settings(timeout_s: float = 30, ssh_identity_file: Optional[str] = No
                              f"got {value!r}")
     if nics is not None and not isinstance(nics, str):
         nics = ",".join(nics)   # Horovod takes a set of interface names too
-    return RaySettings(float(timeout_s), None if placement_group_timeout_s is None else float(placement_group_timeout_s),
+    return RaySettings(float(timeout_s),
+                       None if placement_group_timeout_s is None else float(placement_group_timeout_s),
                        nics or None, int(verbose), ssh_identity_file, ssh_str)
 
 

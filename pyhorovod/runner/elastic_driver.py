@@ -180,7 +180,8 @@ class ElasticDriver:
             output.emit(self.last_failure)
             tail = w.proc.pumps[1].tail_text() or w.proc.pumps[0].tail_text()
             if tail:
-                output.emit(f"last output of worker {w.seq}:\n" + output.indent(tail.splitlines(keepends=True)).rstrip("\n"))
+                output.emit(f"last output of worker {w.seq}:\n"
+                            + output.indent(tail.splitlines(keepends=True)).rstrip("\n"))
 
     # ---- 2. plan ----------------------------------------------------------------------------------
     def _usable_hosts(self) -> Dict[str, int]:

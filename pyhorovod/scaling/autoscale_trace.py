@@ -4,8 +4,8 @@ Columns: step, seconds since the start, workers, global batch, B_simple, measure
 count's measured throughput x the efficiency of its batch), predicted goodput of the current count and
 of the best candidate, the count asked for ("" when none), and the decision's reason. Goodput here is
 relative to one worker's batch b, throughput x (B_noise + b)/(B_noise + B), so that values from
-different counts and times lie on one axis. Worker-seconds add workers x seconds from the start (time 0) through every row; the
-final line, "# worker-seconds to target: W over T s", is written by `finish`.
+different counts and times lie on one axis. Worker-seconds add workers x seconds from the start (time 0)
+through every row; the final line, "# worker-seconds to target: W over T s", is written by `finish`.
 """
 from __future__ import annotations
 

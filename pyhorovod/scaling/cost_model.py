@@ -109,7 +109,8 @@ def parameter_server_time(m_bytes: float, p: int, net: Network, servers: int = 1
     Reduce: each server adds p (dedicated) or p (colocated, the local shards included) shards of M/S."""
     _check(m_bytes, p)
     if servers < 1 or workers_per_host < 1 or p % workers_per_host:
-        raise ValueError(f"need servers >= 1 and workers_per_host dividing p; got S={servers}, g={workers_per_host}, p={p}")
+        raise ValueError(f"need servers >= 1 and workers_per_host dividing p; "
+                         f"got S={servers}, g={workers_per_host}, p={p}")
     g, s = workers_per_host, servers
     hosts = p // g
     if colocated:
@@ -333,7 +334,8 @@ def compressed_allreduce_time(m_bytes: float, comm: Callable[[float], float], co
 def cluster_step_efficiency(step: StepModel, c: Cluster, algorithm: str = "auto",
                             comp: Compression = NO_COMPRESSION, overlap: bool = True) -> float:
     """Weak-scaling efficiency t_c / T of a step on cluster c; algorithm: "flat", "hierarchical" or "auto"."""
-    fn = {"flat": flat_ring_time, "hierarchical": hierarchical_allreduce_time, "auto": auto_allreduce_time}.get(algorithm)
+    fn = {"flat": flat_ring_time, "hierarchical": hierarchical_allreduce_time,
+          "auto": auto_allreduce_time}.get(algorithm)
     if fn is None:
         raise ValueError(f"algorithm must be flat, hierarchical or auto, got {algorithm!r}")
     if c.workers == 1:

@@ -14,6 +14,7 @@ DTYPE_CODES = {
     torch.float32: _core.FLOAT32, torch.float64: _core.FLOAT64, torch.bool: _core.BOOL,
 }
 
+
 def check_op(op):
     """ValueError unless op is one of hvd.Sum, Average, Min, Max, Product, Adasum."""
     if op not in _api.REDUCE_OPS:

@@ -2,10 +2,11 @@
 
 Every save (commit) keeps deep in-memory copies of model.state_dict() and optimizer.state_dict()
 (nothing goes to disk), written into the previous save's tensors where shapes and dtypes match (a copy
-without allocating, several times faster than a fresh deep copy of a large model); restore() loads them back into the same objects; sync() broadcasts rank 0's
-parameters and buffers (broadcast_parameters) and optimizer state (broadcast_optimizer_state, which
-also carries DistributedOptimizer's warmup step count), then saves. The other keywords are attributes
-as in ObjectState (ElasticSampler ones included), sent with pyhorovod.torch.broadcast_object.
+without allocating, several times faster than a fresh deep copy of a large model); restore() loads them
+back into the same objects; sync() broadcasts rank 0's parameters and buffers (broadcast_parameters) and
+optimizer state (broadcast_optimizer_state, which also carries DistributedOptimizer's warmup step count),
+then saves. The other keywords are attributes as in ObjectState (ElasticSampler ones included), sent with
+pyhorovod.torch.broadcast_object.
 """
 import copy
 from typing import Optional

@@ -14,13 +14,16 @@ Why this and not two separate runs: this machine flips between a fast and a slow
 so only figures taken close together in time compare; a refactor that claims "nothing moved" needs both
 builds measured in the same minutes.
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common as C  # noqa: E402
 
 
 def run_tree(tree: str, args, tmp: str, tag: str) -> dict:
@@ -45,13 +48,13 @@ def run_tree(tree: str, args, tmp: str, tag: str) -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--before", required=True)
-    p.add_argument("--after", default=".")
-    p.add_argument("--rounds", type=int, default=5)
+    p = C.arg_parser(__doc__)
+    p.add_argument("--before", required=True, help="the source tree measured as 'before'")
+    p.add_argument("--after", default=".", help="the source tree measured as 'after'")
+    p.add_argument("--rounds", type=int, default=5, help="rounds; each runs both trees, alternating the order")
     p.add_argument("--steps", type=int, default=40, help="timed training steps per launch")
     p.add_argument("--timeout", type=float, default=600.0, help="hard limit per benchmark launch, seconds")
-    p.add_argument("--json", default="before_after.json")
+    p.add_argument("--json", default="before_after.json", help="where the figures of every round go")
     args = p.parse_args()
     trees = {"before": args.before, "after": args.after}
     rounds = []

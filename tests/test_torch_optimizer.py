@@ -150,10 +150,11 @@ def section_errors(hvd):
         opt = hvd.DistributedOptimizer(sgd(), named_parameters=named)
         x = torch.ones(2, 5, dtype=torch.float64)
         model(x).sum().backward()
-        res["zero_grad race"] = _expect_error(opt.zero_grad, AssertionError, "before optimizer.step() or "
-                                              "optimizer.synchronize()")
+        res["zero_grad race"] = _expect_error(opt.zero_grad, AssertionError, "zero_grad() while the gradients "
+                                              "of the last backward() are still being allreduced")
         res["backward twice"] = _expect_error(lambda: model(x).sum().backward(), AssertionError,
-                                              "Gradients were computed more than backward_passes_per_step times")
+                                              "backward() ran more than backward_passes_per_step=1 time(s) "
+                                              "before step()")
         opt.synchronize()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -2,8 +2,8 @@
 metrics dict, say) inside a function that RayExecutor.run/execute runs with callbacks; the driver calls
 every callback on every value, in the order rank 0 reported them, while it waits for the results.
 
-The values travel through a Ray queue (ray.util.queue.Queue: an actor of 0 CPUs) that the executor creates
-when it first gets callbacks. report() on another rank, or outside such a run, does nothing -- so a
+The values travel through a Ray queue (ray.util.queue.Queue: an actor of 0 CPUs, on the driver's node) that
+the executor creates when it first gets callbacks. report() on another rank, or outside such a run, does nothing -- so a
 training function may report unconditionally, as with Horovod's Ray logger.
 """
 from __future__ import annotations
@@ -49,8 +49,13 @@ class CallbackRelay:
         if not self.callbacks:
             return None
         if self.queue is None:
+            import ray
             from ray.util.queue import Queue
-            self.queue = Queue(actor_options={"num_cpus": 0})
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+            # On the driver's own node: a queue placed on a worker's node would die with it (an elastic
+            # job that loses that node would lose its progress relay, and rank 0's report() with it).
+            here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+            self.queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         return self.queue
 
     def drain(self) -> None:

@@ -21,7 +21,7 @@ import torch
 from pyhorovod import _api
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
-from pyhorovod.torch.optimizer import _DistributedOptimizer
+from pyhorovod.torch.optimizer import STEP_AFTER_SYNCHRONIZE, _DistributedOptimizer
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -51,10 +51,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         if self._should_synchronize and self._synchronized:
-            warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
-                          "optimizer.synchronize(). This can cause training slowdown. You may want to "
-                          "consider using optimizer.skip_synchronize() context if you use "
-                          "optimizer.synchronize() in your code.")
+            warnings.warn(STEP_AFTER_SYNCHRONIZE)
         self._synchronized = False
         ps = self.process_set
         if not ps.included() or len(ps.ranks) == 1:

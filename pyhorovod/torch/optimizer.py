@@ -29,6 +29,10 @@ from pyhorovod.torch.functions import broadcast_object
 from pyhorovod.torch.powersgd import PowerSGD
 
 
+STEP_AFTER_SYNCHRONIZE = ("step() after synchronize() waits for the gradients a second time; wrap step() in "
+                          "`with optimizer.skip_synchronize():` when you call synchronize() yourself")
+
+
 def _split_list(items, n):
     d, r = divmod(len(items), n)
     return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
@@ -152,8 +156,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p in self._handles and self._handles[p][0] is not None:
                 if self._allreduce_delay[p] <= 0:
                     raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times before call "
-                        "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+                        f"backward() ran more than backward_passes_per_step={self.backward_passes_per_step} "
+                        f"time(s) before step(); call step() after that many passes, or raise "
+                        f"backward_passes_per_step to accumulate more passes locally")
             assert not p.grad.requires_grad
             assert self._allreduce_delay[p] > 0
             if self._noise_tap is not None and self._noise_tap.micro:
@@ -283,8 +288,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("step() after synchronize() waits for the gradients a second time; wrap step() in "
-                              "`with optimizer.skip_synchronize():` when you call synchronize() yourself")
+                warnings.warn(STEP_AFTER_SYNCHRONIZE)
             self.synchronize()
         self._synchronized = False
         _autotune.on_step()
@@ -310,9 +314,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True):
         if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                                 "cause a race condition.")
+            raise AssertionError("zero_grad() while the gradients of the last backward() are still being "
+                                 "allreduced would clear them under the allreduce; call step() (or "
+                                 "synchronize()) between backward() and zero_grad()")
         return super(self.__class__, self).zero_grad(set_to_none)
 
     # ------------------------------------------------------------ state, extras

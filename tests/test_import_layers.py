@@ -16,12 +16,8 @@ ABOVE_CORE = ("pyhorovod.torch", "pyhorovod.runner", "pyhorovod.scaling")
 # Entry points that start the launcher: above everything, though they sit beside the core modules.
 ENTRY_POINTS = {"pyhorovod.run", "pyhorovod.__main__"}
 
-# Cycles that exist today, each with why it is still there. This list may only shrink.
+# Cycles tolerated, each with why it is still there (none today). This list may only shrink.
 KNOWN_CYCLES = {
-    # DistributedOptimizer picks its Adasum or PowerSGD subclass, which derive from its base class:
-    # the base needs a module of its own first.
-    frozenset({"pyhorovod.torch.optimizer", "pyhorovod.torch.adasum_optimizer",
-               "pyhorovod.torch.powersgd_optimizer"}),
 }
 # Core modules that still import a layer above them, with why. This list may only shrink.
 KNOWN_UPWARD = {

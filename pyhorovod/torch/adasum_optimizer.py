@@ -21,7 +21,7 @@ import torch
 from pyhorovod import _api
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
-from pyhorovod.torch.optimizer import STEP_AFTER_SYNCHRONIZE, _DistributedOptimizer
+from pyhorovod.torch._optimizer_base import STEP_AFTER_SYNCHRONIZE, _DistributedOptimizer
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):

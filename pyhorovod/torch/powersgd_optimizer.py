@@ -10,7 +10,7 @@ for all of them. The other parameters go through the usual per-tensor or grouped
 import torch
 
 from pyhorovod.torch.functions import broadcast_object
-from pyhorovod.torch.optimizer import _DistributedOptimizer
+from pyhorovod.torch._optimizer_base import _DistributedOptimizer
 from pyhorovod.torch.powersgd import LowRankReducer
 
 _STATE_KEY = "pyhorovod_powersgd"

@@ -80,7 +80,7 @@ void EngineCore::run_round() {
   try {
     runner_.take(taken_);
     Deadline deadline;
-    bool waiting = runner_.build_message(round_stop_.asked, deadline);
+    bool waiting = runner_.build_message(round_stop_, deadline);
     {
       std::lock_guard<std::mutex> lock(callers_.mutex());
       pacing_.self_waiting = waiting;

@@ -59,12 +59,12 @@ void Runner::take(std::vector<OpPtr>& taken) {
   taken.clear();
 }
 
-bool Runner::build_message(bool stop_asked, Deadline& round_deadline) {
+bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
   msg_.clear();
   Clock::time_point now = Clock::now();
   Deadline earliest = Deadline::max();
   bool waiting = false;
-  if (stop_asked) msg_.flags |= kRankShutdown;
+  if (stop.asked) msg_.flags |= kRankShutdown;
   if (join_op_) {
     if (now >= join_op_->deadline) {
       fail(join_op_, ErrorKind::TIMEOUT,
@@ -129,7 +129,7 @@ bool Runner::build_message(bool stop_asked, Deadline& round_deadline) {
                     std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRoundGraceS));
     round_deadline = std::min(round_deadline, soft);
   }
-  if (stop_asked) round_deadline = std::min(round_deadline, deadline_after(std::min(options_.timeout_s, 30.0)));
+  if (stop.asked) round_deadline = std::min(round_deadline, deadline_after(std::min(options_.timeout_s, 30.0)));
   return waiting;
 }
 

@@ -12,6 +12,7 @@
 #include "algorithms/tuning.h"
 #include "engine/callers.h"
 #include "engine/engine.h"
+#include "engine/engine_pacing.h"
 #include "engine/executor.h"
 #include "engine/gpu_setup.h"
 #include "engine/messages.h"
@@ -36,9 +37,9 @@ class Runner {
 
   // Takes the requests enqueued since the last round (leaves `taken` empty).
   void take(std::vector<OpPtr>& taken);
-  // Builds this round's message (stop_asked: this rank's user asked to shut down) and the deadline of
+  // Builds this round's message (stop.asked: this rank's user asked to shut down) and the deadline of
   // its exchange. Returns whether this rank reported requests that have not run yet.
-  bool build_message(bool stop_asked, Deadline& round_deadline);
+  bool build_message(const RoundStop& stop, Deadline& round_deadline);
   const RankMessage& message() const { return msg_; }
 
   struct Outcome {

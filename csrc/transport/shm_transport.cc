@@ -71,10 +71,11 @@ void* map_fd(int fd, size_t bytes) {
 
 }  // namespace
 
-ShmLink::ShmLink(void* base, size_t map_bytes, size_t ring_bytes, bool creator)
+ShmLink::ShmLink(void* base, size_t map_bytes, size_t ring_bytes, End end)
     : base_(base), map_bytes_(map_bytes), ring_bytes_(ring_bytes) {
   Ring* rings = static_cast<Ring*>(base);
   char* data = static_cast<char*>(base) + kCtlBytes;
+  const bool creator = end == End::CREATOR;
   out_ = creator ? &rings[0] : &rings[1];
   in_ = creator ? &rings[1] : &rings[0];
   out_data_ = creator ? data : data + ring_bytes;
@@ -249,7 +250,7 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
         }
         if (fd >= 0) ::close(fd);
         if (maps[p]) {
-          links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], ring, false);
+          links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], ring, ShmLink::End::ATTACHED);
           ack = 1;
         }
       }
@@ -262,7 +263,8 @@ std::vector<std::unique_ptr<ShmLink>> setup_shm_links(int rank, const std::vecto
       recv_all(fds[p], &ack, 1, deadline, who(p));
       if (!names[p].empty()) shm_unlink(names[p].c_str());
       names[p].clear();
-      if (ack == 1 && maps[p]) links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], my_ring, true);
+      if (ack == 1 && maps[p])
+        links[p] = std::make_unique<ShmLink>(maps[p], map_sizes[p], my_ring, ShmLink::End::CREATOR);
       else if (maps[p]) munmap(maps[p], map_sizes[p]);
       maps[p] = nullptr;
     }

@@ -46,7 +46,9 @@ class ShmLink {
  public:
   struct Ring;  // control block of one direction, in shared memory (shm_transport.cc)
   // Takes ownership of the mapping (ring_bytes: a power of two, data size of each direction).
-  ShmLink(void* base, size_t map_bytes, size_t ring_bytes, bool creator);
+  // The two ends of a link: the creator (the lower rank) sends on ring 0, the peer that attached on ring 1.
+  enum class End { CREATOR, ATTACHED };
+  ShmLink(void* base, size_t map_bytes, size_t ring_bytes, End end);
   ~ShmLink();
   ShmLink(const ShmLink&) = delete;
   ShmLink& operator=(const ShmLink&) = delete;

@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
 import common as C  # noqa: E402
+from pyhorovod import _core  # noqa: E402
 from pyhorovod.scaling import cost_model as cm  # noqa: E402
 from scaling_model import PUBLISHED, published_step  # noqa: E402
 
@@ -34,10 +35,13 @@ def prediction_section(measured):
     cluster = cm.Cluster(measured["hosts"], measured["per_host"],
                          intra=cm.Network(fit["local"][0], fit["local"][1]),
                          inter=cm.Network(0.0, measured["rate_mbit"] * 1e6 / 8))
+    # Below the engine's own threshold (p ranks over TCP, default tuning) flat is recursive doubling.
+    small = _core.small_message_threshold(_core.Tuning(), cluster.workers, False)
+    flat = lambda m, c: cm.flat_allreduce_time(m, c, small)  # noqa: E731
     rows, out = [], []
     for size, r in sorted(measured["sizes"].items(), key=lambda kv: int(kv[0])):
         m = int(size)
-        for mode, fn in (("flat", cm.flat_ring_time), ("hierarchical", cm.hierarchical_allreduce_time)):
+        for mode, fn in (("flat", flat), ("hierarchical", cm.hierarchical_allreduce_time)):
             pred, meas = fn(m, cluster), r["median_s"][mode]
             err = pred / meas - 1
             out.append({"bytes": m, "mode": mode, "measured_s": meas, "predicted_s": pred, "rel_error": err})

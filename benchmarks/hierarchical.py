@@ -53,16 +53,38 @@ def worker(sizes, rounds: int, reps: int) -> None:
     info = engine.hierarchy()
     hvd.shutdown()
     print("RESULT " + json.dumps({"times": times,
-                                  "hierarchy": {k: info[k] for k in ("host_of", "flat", "local", "cross")}}),
+                                  "hierarchy": {k: info[k] for k in ("host_of", "flat", "local", "cross",
+                                                                     "two_level_from_bytes")}}),
           flush=True)
 
 
 def predicted(h, hosts, per_host, m):
+    """The engine's model (csrc/algorithms/hierarchy.h) for the algorithms each mode runs at m bytes: the
+    ring, or recursive doubling below the small-message threshold (flat over p ranks, the cross phase
+    over the hosts); alphas floored at the default tuning's per-hop latencies, as the engine's choice is."""
+    from pyhorovod import _core
+    tuning = _core.Tuning()
+    floor = {"flat": tuning.alpha_s, "cross": tuning.alpha_s, "local": tuning.alpha_shm_s}
+    fits = {k: (max(h[k][0], floor[k]), h[k][1]) for k in floor}
+
     def ring(fit, n, b):
         a, beta = fit
         return 0.0 if n <= 1 or beta <= 0 else 2 * (n - 1) * a + 2 * (n - 1) / n * b / beta
-    return {"flat": ring(h["flat"], hosts * per_host, m),
-            "hierarchical": ring(h["local"], per_host, m) + ring(h["cross"], hosts, m / per_host)}
+
+    def doubling(fit, n, b):
+        a, beta = fit
+        return 0.0 if n <= 1 or beta <= 0 else (n - 1).bit_length() * (a + b / beta)
+
+    def flat_alg(fit, n, b):
+        return doubling(fit, n, b) if b < _core.small_message_threshold(tuning, n) else ring(fit, n, b)
+
+    p = hosts * per_host
+    if m < _core.small_message_threshold(tuning, p):
+        flat = doubling(fits["local"], per_host, m) + doubling(fits["cross"], hosts, m)
+    else:
+        flat = ring(fits["flat"], p, m)
+    hierarchical = ring(fits["local"], per_host, m) + flat_alg(fits["cross"], hosts, m / per_host)
+    return {"flat": flat, "hierarchical": hierarchical}
 
 
 def main():

@@ -50,6 +50,8 @@ class Tuning:
     max_segments_in_flight: int
     alpha_shm_s: float; gamma_bytes_per_s: float   # shared-memory hop latency; reduction throughput
 
+def small_message_threshold(tuning: Tuning, world: int, shared_memory: bool = False) -> int: ...
+
 class ConnectOptions:
     rank: int; size: int; local_rank: int; local_size: int
     store_host: str; store_port: int; secret: bytes; bind_host: str; store_prefix: str

@@ -175,6 +175,23 @@ def test_flat_ring_on_a_cluster_runs_at_the_nic():
     assert close(cm.flat_ring_time(M, one_host), 2 * 3 * 2e-6 + 2 * 3 / 4 * M / 1e10)
 
 
+def test_flat_small_is_recursive_doubling_host_by_host():
+    """Below the engine's small-message threshold the flat allreduce is recursive doubling: log2 g
+    exchanges of M inside the host, then log2 H across, where all g workers of a host send M at once."""
+    c = cm.Cluster(2, 2, INTRA, INTER)
+    m = 65536
+    inside = 1 * (2e-6 + m / 1e10)
+    across = 1 * (5e-5 + 2 * m / 1.25e8)
+    assert close(cm.flat_small_time(m, c), inside + across)
+    c8 = cm.Cluster(4, 2, INTRA, INTER)   # ceil(log2 4) = 2 rounds across
+    assert close(cm.flat_small_time(m, c8), inside + 2 * across)
+    assert close(cm.flat_allreduce_time(m, c, small_threshold_bytes=m + 1), cm.flat_small_time(m, c))
+    assert close(cm.flat_allreduce_time(m, c, small_threshold_bytes=m), cm.flat_ring_time(m, c))
+    assert close(cm.flat_allreduce_time(m, c), cm.flat_ring_time(m, c))
+    assert cm.auto_allreduce_time(m, c, small_threshold_bytes=m + 1) == min(
+        cm.flat_small_time(m, c), cm.hierarchical_allreduce_time(m, c))
+
+
 def test_hierarchical_formula_by_hand():
     c = cm.Cluster(2, 2, INTRA, INTER)
     local = 2 * 1 * 2e-6 + 2 * 1 / 2 * M / 1e10      # reduce-scatter + allgather inside the host

@@ -17,6 +17,18 @@
 //   cross: T = 2(H-1)*alpha_cross + 2(H-1)/H * s/beta_cross         (the L cross rings at once, shard s)
 // hierarchical(M) = local(M) + cross(M/L): the local reduce-scatter plus allgather move exactly what a
 // local ring allreduce of M moves.
+// Below the small-message threshold the flat allreduce is recursive doubling: with ranks numbered host
+// by host, ceil(log2 L) exchanges of the whole message inside the host, then ceil(log2 H) across it
+// (the L ranks of a host exchanging at once, as the cross rings do):
+//   flat_small: T = ceil(log2 L)*(alpha_local + M/beta_local) + ceil(log2 H)*(alpha_cross + M/beta_cross)
+// The same holds for the hierarchical allreduce's cross phase, whose shard M/L is often small.
+// Two timed sizes (256 KiB and 4 MiB) pin beta but hardly alpha (the fit often clamps it to 0), and at
+// small sizes alpha decides; so the choice uses at least the Tuning's per-hop latencies (alpha_shm_s
+// inside a host, alpha_s across). Small messages also pay what no alpha-beta fit holds (a wake-up per
+// extra phase on busy cores, a traffic shaper's burst that lets a short message through at full speed),
+// so init also times both algorithms at 4, 16 and 64 KiB: below the small-message threshold, two levels
+// are used only from the smallest of those sizes at which they won by 10% (and kept winning at every larger
+// one), and the model decides from there.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -35,6 +47,8 @@ struct RingFit {
   double allreduce_s(int n, double bytes) const;
   // Predicted ring allgather collecting `bytes` in all over n ranks: (n-1)*alpha + (n-1)/n * bytes/beta.
   double allgather_s(int n, double bytes) const;
+  // Predicted recursive doubling over n ranks: ceil(log2 n) exchanges of the whole `bytes`.
+  double exchanges_s(int n, double bytes) const;
 };
 
 // Fit of T = 2(n-1)*alpha + 2(n-1)/n * bytes/beta through two timed ring allreduces (t1 at bytes1,
@@ -43,11 +57,19 @@ RingFit fit_ring(int n, double bytes1, double t1, double bytes2, double t2);
 
 struct HierarchyModel {
   RingFit flat, local, cross;
+  // Below the flat small-message threshold, never two levels under this size (set at init from timed
+  // runs; 0: no such limit).
+  double two_level_from_bytes = 0;
   bool valid() const { return flat.valid() && local.valid() && cross.valid(); }
   double flat_allreduce_s(int hosts, int per_host, double bytes) const;
-  double hierarchical_allreduce_s(int hosts, int per_host, double bytes) const;
+  double flat_small_allreduce_s(int hosts, int per_host, double bytes) const;  // recursive doubling
+  // cross_small_bytes: the cross comm's small-message threshold (its allreduce is recursive doubling
+  // below it); 0: always the ring.
+  double hierarchical_allreduce_s(int hosts, int per_host, double bytes, double cross_small_bytes = 0) const;
   double flat_allgather_s(int hosts, int per_host, double bytes) const;
   double hierarchical_allgather_s(int hosts, int per_host, double bytes) const;
+  // This model with every alpha raised to at least the tuning's (see above).
+  HierarchyModel with_alpha_floor(const Tuning& tuning) const;
 };
 
 // Which ranks share a host, and whether to use the two-level algorithms.
@@ -68,9 +90,8 @@ struct TwoLevel {
 bool make_two_level(const Comm& comm, const std::vector<int>& host_of, TwoLevel* out);
 
 // Decides flat or two-level for a `collective` (ALLREDUCE or ALLGATHER) of `bytes` (mode as in Hierarchy).
-// Automatic: two-level when the model predicts it faster, and for an allreduce never below the
-// small-message threshold of the flat comm (those sizes go to recursive doubling, which the ring model
-// does not describe).
+// Automatic: two-level when the model (alphas floored) predicts it faster than the flat algorithm the
+// size would run: the ring, or recursive doubling below the flat comm's small-message threshold.
 bool prefer_two_level(int mode, const HierarchyModel& model, const TwoLevel& tl, size_t bytes, OpType collective,
                       const Tuning& tuning);
 

@@ -212,6 +212,7 @@ void register_ops(py::module_& m) {
              d["flat"] = fit(h.model.flat);
              d["local"] = fit(h.model.local);
              d["cross"] = fit(h.model.cross);
+             d["two_level_from_bytes"] = h.model.two_level_from_bytes;
              return d;
            })
       .def("shutdown", &Engine::shutdown, py::call_guard<py::gil_scoped_release>())

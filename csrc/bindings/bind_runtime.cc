@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "algorithms/tuning.h"
 #include "backends/gpu_backend.h"
 #include "backends/backend.h"
 #include "bindings/bind_interrupt.h"
@@ -205,6 +206,9 @@ void register_options(py::module_& m) {
       .def_readwrite("segment_bytes", &Tuning::segment_bytes)
       .def_readwrite("small_threshold_bytes", &Tuning::small_threshold_bytes)
       .def_readwrite("max_segments_in_flight", &Tuning::max_segments_in_flight);
+  m.def("small_message_threshold", &small_message_threshold, py::arg("tuning"), py::arg("world"),
+        py::arg("shared_memory") = false,
+        "Bytes below which an allreduce over `world` ranks runs recursive doubling instead of the ring.");
 
   py::class_<ConnectOptions>(m, "ConnectOptions")
       .def(py::init<>())

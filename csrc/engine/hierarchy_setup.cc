@@ -46,6 +46,47 @@ double time_ring(const Comm& world, const Comm& comm, size_t bytes, const Tuning
   return best;
 }
 
+// Fastest of `reps` allreduces of `bytes` (float32), flat (allreduce(), which picks the algorithm by
+// size) or two-level, each started after a world barrier.
+double time_allreduce(const Comm& world, const TwoLevel* tl, size_t bytes, const Tuning& tuning, Deadline deadline) {
+  const size_t count = bytes / 4;
+  std::vector<float> buf(count, 1.0f);
+  constexpr int kReps = 3;
+  double best = 1e30;
+  for (int rep = -1; rep < kReps; ++rep) {
+    barrier(world, deadline);
+    Clock::time_point t0 = Clock::now();
+    if (tl != nullptr) {
+      hierarchical_allreduce(*tl, buf.data(), count, DataType::FLOAT32, ReduceOp::MAX, tuning, deadline);
+    } else {
+      allreduce(world, buf.data(), count, DataType::FLOAT32, ReduceOp::MAX, tuning, deadline);
+    }
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep >= 0) best = std::min(best, t);
+  }
+  return best;
+}
+
+// HierarchyModel::two_level_from_bytes: flat against two-level at 4, 16 and 64 KiB (the same figures
+// on every rank: the slowest rank's), walked down from the largest while two levels stay faster by a
+// clear margin: at these sizes the gain is small and the timings noisy, and a wrong pick costs as much.
+double measured_small_crossover(const Comm& world, const TwoLevel& tl, const Tuning& tuning, Deadline deadline) {
+  const std::vector<size_t> sizes = {4 << 10, 16 << 10, 64 << 10};
+  constexpr double kWinBy = 0.9;  // two levels must take under 90% of flat's time
+  std::vector<double> t;
+  for (size_t bytes : sizes) {
+    t.push_back(time_allreduce(world, nullptr, bytes, tuning, deadline));
+    t.push_back(time_allreduce(world, &tl, bytes, tuning, deadline));
+  }
+  small_allreduce(world, t.data(), t.size(), DataType::FLOAT64, ReduceOp::MAX, deadline);
+  double from = static_cast<double>(sizes.back()) + 1;  // two levels never won: the model decides above
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (t[2 * i + 1] >= kWinBy * t[2 * i]) break;
+    from = static_cast<double>(sizes[i]);
+  }
+  return from;
+}
+
 }  // namespace
 
 Hierarchy setup_hierarchy(const Comm& world, const HierarchySetup& setup, const Tuning& tuning) {
@@ -94,10 +135,12 @@ Hierarchy setup_hierarchy(const Comm& world, const HierarchySetup& setup, const 
   h.model.flat = fit_ring(p, s1, t[0], s2, t[1]);
   h.model.local = fit_ring(L, s1, t[2], s2, t[3]);
   h.model.cross = fit_ring(tl.hosts, s1 / L, t[4], s2 / L, t[5]);
+  h.model.two_level_from_bytes = measured_small_crossover(world, tl, tuning, deadline);
   log(LogLevel::INFO, "hierarchy: ", tl.hosts, " hosts x ", L, " ranks; flat alpha ", h.model.flat.alpha_s * 1e6,
       " us beta ", h.model.flat.beta_bytes_per_s / 1e6, " MB/s; local alpha ", h.model.local.alpha_s * 1e6, " us beta ",
       h.model.local.beta_bytes_per_s / 1e6, " MB/s; cross alpha ", h.model.cross.alpha_s * 1e6, " us beta ",
-      h.model.cross.beta_bytes_per_s / 1e6, " MB/s");
+      h.model.cross.beta_bytes_per_s / 1e6, " MB/s; two levels below the small-message threshold from ",
+      h.model.two_level_from_bytes, " bytes");
   return h;
 }
 

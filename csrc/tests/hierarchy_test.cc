@@ -1,6 +1,7 @@
 // The two-level collectives (algorithms/hierarchy.h): the model's fit and choice as pure functions, the
 // host grouping, and hierarchical_allreduce / hierarchical_allgatherv exact over threads as ranks for
 // several host layouts (consecutive and interleaved ranks), every dtype and op, uneven counts.
+#include <cmath>
 #include <cstring>
 
 #include "algorithms/hierarchy.h"
@@ -31,7 +32,22 @@ void test_fit_and_choice() {
   const OpType ar = OpType::ALLREDUCE;
   // 16 MiB: flat 2*3*20us + 1.5*M/125MB/s; hierarchical local(M) + cross(M/2) -- hierarchical wins.
   CHECK(prefer_two_level(-1, m, tl, 16 << 20, ar, tuning), "16 MiB: hierarchical");
-  CHECK(!prefer_two_level(-1, m, tl, 1024, ar, tuning), "1 KiB: below the small-message threshold, flat");
+  // Below the small-message threshold the flat allreduce is recursive doubling: 1 KiB is latency, and
+  // two levels add a phase (flat 46.9 us against 48.7 us); at 64 KiB recursive doubling's whole message
+  // across the NIC loses to the cross rings' half (1.11 ms against 0.62 ms).
+  CHECK(65536 < small_message_threshold(tuning, 4), "64 KiB is a small message at p=4");
+  CHECK(!prefer_two_level(-1, m, tl, 1024, ar, tuning), "1 KiB: flat recursive doubling");
+  CHECK(prefer_two_level(-1, m, tl, 65536, ar, tuning), "64 KiB: hierarchical beats recursive doubling");
+  CHECK(std::abs(m.flat_small_allreduce_s(2, 2, 1024) - (10e-6 + 1024 / 2e9 + 20e-6 + 1024 / 6.25e7)) < 1e-12,
+        "flat_small = log2(L) local + log2(H) cross exchanges of the whole message");
+  // A fit whose alphas clamped to 0 would call two levels faster at every size; the tuning's latencies
+  // floor them, so a tiny message stays flat.
+  HierarchyModel no_alpha = m;
+  no_alpha.local.alpha_s = no_alpha.cross.alpha_s = no_alpha.flat.alpha_s = 0;
+  CHECK(!prefer_two_level(-1, no_alpha, tl, 256, ar, tuning), "alpha 0 fit, 256 B: flat (alpha floored)");
+  CHECK(no_alpha.with_alpha_floor(tuning).cross.alpha_s == tuning.alpha_s &&
+            no_alpha.with_alpha_floor(tuning).local.alpha_s == tuning.alpha_shm_s,
+        "floors: alpha_s across, alpha_shm_s inside");
   CHECK(prefer_two_level(1, m, tl, 1024, ar, tuning), "mode 1: always");
   CHECK(!prefer_two_level(0, m, tl, 16 << 20, ar, tuning), "mode 0: never");
   CHECK(!prefer_two_level(-1, HierarchyModel{}, tl, 16 << 20, ar, tuning), "no model: flat");
@@ -41,6 +57,18 @@ void test_fit_and_choice() {
   CHECK(!prefer_two_level(-1, slow, tl, 16 << 20, ar, tuning), "slow local links: flat");
   CHECK(m.hierarchical_allreduce_s(2, 2, 1e6) == m.local.allreduce_s(2, 1e6) + m.cross.allreduce_s(2, 5e5),
         "hierarchical = local(M) + cross(M/L)");
+  CHECK(m.hierarchical_allreduce_s(2, 2, 1e6, 1e6) == m.local.allreduce_s(2, 1e6) + m.cross.exchanges_s(2, 5e5),
+        "a cross shard below the cross comm's threshold: recursive doubling");
+  CHECK(std::abs(m.cross.exchanges_s(4, 1e3) - 2 * (20e-6 + 1e3 / 6.25e7)) < 1e-15 &&
+            std::abs(m.cross.exchanges_s(3, 1e3) - 2 * (20e-6 + 1e3 / 6.25e7)) < 1e-15,
+        "exchanges: ceil(log2 n) rounds");
+  // Init measured two levels slower below 16 KiB: under that size flat, whatever the model says.
+  HierarchyModel measured = m;
+  measured.two_level_from_bytes = 16 << 10;
+  CHECK(prefer_two_level(-1, measured, tl, 65536, ar, tuning), "64 KiB: above the measured start");
+  CHECK(!prefer_two_level(-1, measured, tl, 8192, ar, tuning) && prefer_two_level(-1, m, tl, 8192, ar, tuning),
+        "8 KiB: the model alone picks two levels, the measured start keeps it flat");
+  CHECK(prefer_two_level(-1, measured, tl, 16 << 20, ar, tuning), "above the small-message threshold: the model");
 }
 
 void test_grouping() {

@@ -282,6 +282,25 @@ def flat_ring_time(m_bytes: float, c: Cluster) -> float:
     return ring_allreduce_time(m_bytes, c.workers, c.inter if c.hosts > 1 else c.intra)
 
 
+def flat_small_time(m_bytes: float, c: Cluster) -> float:
+    """Recursive doubling over all p = H g workers numbered host by host, which is what the engine runs
+    for a flat allreduce below its small-message threshold: ceil(log2 g) whole-buffer exchanges inside the
+    host, then ceil(log2 H) across it, in which all g workers of a host send M through its NIC at once:
+      T = ceil(log2 g) (alpha_intra + M/beta_intra) + ceil(log2 H) (alpha_inter + g M/beta_inter)."""
+    _check(m_bytes, c.workers)
+    inside = _log2_ceil(c.per_host) * (c.intra.alpha_s + m_bytes / c.intra.beta_bytes_per_s)
+    across = _log2_ceil(c.hosts) * (c.inter.alpha_s + c.per_host * m_bytes / c.inter.beta_bytes_per_s)
+    return inside + across
+
+
+def flat_allreduce_time(m_bytes: float, c: Cluster, small_threshold_bytes: float = 0.0) -> float:
+    """The flat allreduce the engine runs for this size: recursive doubling below small_threshold_bytes
+    (the engine's small-message threshold of p ranks; 0: always the ring), the ring from there."""
+    if m_bytes < small_threshold_bytes:
+        return flat_small_time(m_bytes, c)
+    return flat_ring_time(m_bytes, c)
+
+
 def hierarchical_allreduce_time(m_bytes: float, c: Cluster) -> float:
     """Reduce-scatter inside each host (g-1 steps of M/g over intra links), then g cross-host ring
     allreduces at once, each on its shard of M/g over H hosts -- all g share the host's NIC, so the NIC
@@ -297,9 +316,9 @@ def hierarchical_allreduce_time(m_bytes: float, c: Cluster) -> float:
     return local + cross
 
 
-def auto_allreduce_time(m_bytes: float, c: Cluster) -> float:
+def auto_allreduce_time(m_bytes: float, c: Cluster, small_threshold_bytes: float = 0.0) -> float:
     """What an engine that picks the faster of the two per size would take."""
-    return min(flat_ring_time(m_bytes, c), hierarchical_allreduce_time(m_bytes, c))
+    return min(flat_allreduce_time(m_bytes, c, small_threshold_bytes), hierarchical_allreduce_time(m_bytes, c))
 
 
 @dataclass(frozen=True)

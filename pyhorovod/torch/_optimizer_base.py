@@ -15,6 +15,7 @@ from pyhorovod.elastic import _membership
 from pyhorovod.process_sets import global_process_set
 from pyhorovod.torch import _convert as cv
 from pyhorovod.torch import ops
+from pyhorovod.torch.sparse import sparse_allreduce_async
 from pyhorovod.torch.functions import broadcast_object
 
 STEP_AFTER_SYNCHRONIZE = ("step() after synchronize() waits for the gradients a second time; wrap step() in "
@@ -110,7 +111,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if not self.sparse_as_dense:
                 if tap is not None:
                     tap.engine_slots(tensor, p)   # sparse: the tap takes the norms itself
-                return ops.sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
+                return sparse_allreduce_async(tensor, name=name, op=self.op, process_set=self.process_set), None
             tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scales()

@@ -12,5 +12,5 @@ from pyhorovod.torch.autograd import (
 from pyhorovod.torch.ops import (
     allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async, barrier, broadcast_,
     broadcast_async, broadcast_async_, grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
-    grouped_allreduce_async_, grouped_reducescatter_async, join, poll, reducescatter_async,
-    sparse_allreduce_async, synchronize)
+    grouped_allreduce_async_, grouped_reducescatter_async, join, poll, reducescatter_async, synchronize)
+from pyhorovod.torch.sparse import sparse_allreduce_async

@@ -61,6 +61,7 @@ def test_hierarchical_allreduce_moves_fewer_bytes_across_hosts(net):
     m = 4 << 20
     rows = run_job(net, 2, ["python3", "-m", "hier_body", "traffic"], timeout=120)
     for rank, row in enumerate(rows):
-        # Both ranks of a host read the host's counter; headers, barriers and negotiation add a little.
+        # Both ranks of a host read the host's TCP payload counter; our frame headers, barriers and
+        # negotiation add a little.
         assert 1.5 * m <= row["flat"] <= 1.6 * m, (rank, row)
         assert 1.0 * m <= row["hierarchical"] <= 1.1 * m, (rank, row)

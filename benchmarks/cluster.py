@@ -15,8 +15,10 @@ Then a probe of the communication alone (--probe-rounds): the gradient's allredu
 pyhorovod against gloo, at the first link speed. Then the accuracy runs (--accuracy-steps, at the first link
 speed): each candidate of --accuracy-candidates trains from scratch for the step budget, rank 0 evaluating
 every --eval-every steps; reported: final test accuracy and the steps and training seconds each needed to
-reach the uncompressed pyhorovod run's final accuracy. Horovod 0.28.1 is a candidate only where
-`import horovod.torch` works (not built here).
+reach the uncompressed pyhorovod run's final accuracy. Horovod 0.28.1 (hvd-none, hvd-fp16: its gloo
+controller and operations, ranks started directly with its rendezvous variables, since horovodrun would need
+ssh into the namespaces) is a candidate where a Python that imports horovod.torch is found (this one or
+/opt/hvd-venv); elsewhere it is skipped with the reason.
 
 Outputs: benchmarks/results/cluster_<H>x<R>.json, cluster_<H>x<R>_throughput.png (samples/s by candidate
 and link), cluster_<H>x<R>_accuracy.png (test accuracy against training time).
@@ -34,10 +36,19 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import common as C  # noqa: E402
 import plotting  # noqa: E402
 
-CANDIDATES = ["pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd", "ddp-none", "ddp-fp16", "ddp-powersgd"]
+CANDIDATES = ["pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd", "ddp-none", "ddp-fp16", "ddp-powersgd",
+              "hvd-none", "hvd-fp16"]
+DEFAULT_CANDIDATES = CANDIDATES[:7] + ["hvd-fp16"]
 WORKER = os.path.join(HERE, "cluster_worker.py")
 STORE = ("from pyhorovod import _core; import sys, time; s = _core.TcpStoreServer(sys.argv[1], 0, "
          "sys.argv[2].encode()); print(s.port, flush=True); time.sleep(float(sys.argv[3]))")
+# Horovod's own rendezvous (an HTTP key-value server that also hands out each rank's slot), run by the
+# Horovod venv's Python on host 0: argv hosts ("h0:R,h1:R,..."), number of ranks, lifetime.
+HVD_RENDEZVOUS = ("import sys, time; from horovod.runner.http.http_server import RendezvousServer; "
+                  "from horovod.runner.common.util.hosts import parse_hosts, get_host_assignments; "
+                  "s = RendezvousServer(); port = s.start(); "
+                  "s.init(get_host_assignments(parse_hosts(sys.argv[1]), int(sys.argv[2]))); "
+                  "print(port, flush=True); time.sleep(float(sys.argv[3]))")
 
 
 def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
@@ -53,6 +64,13 @@ def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
                        "PYHOROVOD_STORE_ADDR": head, "PYHOROVOD_STORE_PORT": store_port,
                        "PYHOROVOD_SECRET": secret, "PYHOROVOD_IFACE": "hv0", "PYHOROVOD_SHM": "0",
                        "PYHOROVOD_TIMEOUT_SECONDS": 120}
+            elif cand.startswith("hvd"):
+                env = {"HOROVOD_RANK": r, "HOROVOD_SIZE": size, "HOROVOD_LOCAL_RANK": lr,
+                       "HOROVOD_LOCAL_SIZE": per_host, "HOROVOD_CROSS_RANK": h, "HOROVOD_CROSS_SIZE": hosts,
+                       "HOROVOD_HOSTNAME": f"h{h}", "HOROVOD_GLOO_RENDEZVOUS_ADDR": head,
+                       "HOROVOD_GLOO_RENDEZVOUS_PORT": store_port, "HOROVOD_CONTROLLER": "gloo",
+                       "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": "hv0",
+                       "HOROVOD_GLOO_TIMEOUT_SECONDS": 120}
             else:
                 env = {"RANK": r, "WORLD_SIZE": size, "LOCAL_RANK": lr, "LOCAL_WORLD_SIZE": per_host,
                        "MASTER_ADDR": head, "MASTER_PORT": ddp_port, "GLOO_SOCKET_IFNAME": "hv0"}
@@ -62,13 +80,18 @@ def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
 
 def launch(cand, net, args, mode, steps, warmup=0, eval_every=0, timeout_s=600):
     """Runs one candidate's job in the namespaces; returns its records."""
-    argv = [sys.executable, WORKER, cand, mode, "--steps", str(steps), "--warmup", str(warmup),
+    python = args.hvd_python if cand.startswith("hvd") else sys.executable
+    argv = [python, WORKER, cand, mode, "--steps", str(steps), "--warmup", str(warmup),
             "--eval-every", str(eval_every)]
     if cand == "single":
         return C.run_records([(net.hosts[0].argv(argv), C.python_env())], timeout_s, cand)
     secret = secrets.token_hex(16)
-    store = net.hosts[0].popen([sys.executable, "-c", STORE, net.hosts[0].addr(), secret, str(timeout_s)],
-                               stdout=subprocess.PIPE, text=True, env=C.python_env(), cwd=ROOT)
+    if cand.startswith("hvd"):
+        plan = ",".join(f"h{h}:{args.ranks_per_host}" for h in range(args.hosts))
+        server = [python, "-c", HVD_RENDEZVOUS, plan, str(args.hosts * args.ranks_per_host), str(timeout_s)]
+    else:
+        server = [sys.executable, "-c", STORE, net.hosts[0].addr(), secret, str(timeout_s)]
+    store = net.hosts[0].popen(server, stdout=subprocess.PIPE, text=True, env=C.python_env(), cwd=ROOT)
     try:
         port = int(store.stdout.readline())
         envs = rank_envs(cand, net, args.hosts, args.ranks_per_host, port, secret, 29500 + secrets.randbelow(2000))
@@ -97,15 +120,17 @@ def main(argv=None):
     p.add_argument("--ranks-per-host", type=int, default=1)
     p.add_argument("--links", default="1000,10000",
                    help="link speeds in Mbit/s, comma-separated")
-    p.add_argument("--candidates", type=C.choice_list(CANDIDATES), default=",".join(CANDIDATES))
+    p.add_argument("--candidates", type=C.choice_list(CANDIDATES), default=",".join(DEFAULT_CANDIDATES))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="timed steps per throughput run")
     p.add_argument("--warmup", type=int, default=12, help="untimed steps first (past PowerSGD's start_iter=10)")
     p.add_argument("--probe-rounds", type=int, default=3,
-                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none) at the first link speed")
+                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none, hvd-none where built) at the "
+                        "first link speed")
     p.add_argument("--accuracy-steps", type=int, default=300, help="step budget of the accuracy runs (0: none)")
     p.add_argument("--eval-every", type=int, default=30)
-    p.add_argument("--accuracy-candidates", default="pyhvd-none,pyhvd-powersgd,ddp-none,ddp-powersgd")
+    p.add_argument("--accuracy-candidates", type=C.choice_list(CANDIDATES),
+                   default="pyhvd-none,pyhvd-powersgd,ddp-none,ddp-powersgd")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from netns import Network, cleanup_stale, netns_unavailable_reason
@@ -117,11 +142,10 @@ def main(argv=None):
     links = [int(x) for x in args.links.split(",")]
     cands = args.candidates.split(",")
     skipped = {}
-    try:
-        import horovod.torch  # noqa: F401
-        skipped["horovod"] = "importable, but this driver has no Horovod launch yet"
-    except ImportError as e:
-        skipped["horovod"] = f"Horovod 0.28.1 is not built on this machine ({e})"
+    args.hvd_python = C.find_horovod_python() if any(c.startswith("hvd") for c in cands) else None
+    if any(c.startswith("hvd") for c in cands) and not args.hvd_python:
+        skipped["horovod"] = "Horovod 0.28.1 is not built on this machine (no Python imports horovod.torch)"
+        cands = [c for c in cands if not c.startswith("hvd")]
     tag = f"{args.hosts}x{args.ranks_per_host}"
     out_path = args.out or os.path.join(HERE, "results", f"cluster_{tag}.json")
     cleanup_stale()
@@ -140,7 +164,7 @@ def main(argv=None):
         for host in net.hosts:
             host.shape("hv0", rate_mbit=links[0])
         for rnd in range(args.probe_rounds):
-            for cand in ("pyhvd-none", "ddp-none"):
+            for cand in ("pyhvd-none", "ddp-none") + (("hvd-none",) if args.hvd_python else ()):
                 recs = launch(cand, net, args, "allreduce", 5, 2)
                 for kind in ("flat", "tensors"):
                     probe.setdefault(f"{cand} {kind}", []).append(max(C.median(r[kind]) for r in recs))
@@ -181,7 +205,9 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
         ratios[str(link)] = {"powersgd/ddp-none": r("pyhvd-powersgd", "ddp-none"),
                              "powersgd/ddp-powersgd": r("pyhvd-powersgd", "ddp-powersgd"),
                              "none/ddp-none": r("pyhvd-none", "ddp-none"),
-                             "bf16/ddp-fp16": r("pyhvd-bf16", "ddp-fp16")}
+                             "bf16/ddp-fp16": r("pyhvd-bf16", "ddp-fp16"),
+                             "none/hvd-none": r("pyhvd-none", "hvd-none"),
+                             "fp16/hvd-fp16": r("pyhvd-fp16", "hvd-fp16")}
     accuracy = {}
     if "pyhvd-none" in curves:
         target = curves["pyhvd-none"]["curve"][-1]["accuracy"]
@@ -197,9 +223,14 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
 
 
 def draw(result, stem):
+    if result["throughput"]:
+        draw_throughput(result, stem)
+    if result["accuracy"]:
+        draw_accuracy(result, stem)
+
+
+def draw_throughput(result, stem):
     links = result["links_mbit"]
-    if not result["throughput"]:
-        return
     cands = sorted({k.split("@")[0] for k in result["throughput"]}, key=CANDIDATES.index)
     fig, axes = plotting.new_figure(width=7.5)
     ax = axes[0][0]
@@ -213,18 +244,20 @@ def draw(result, stem):
     ax.set_title(f"{result['hosts']} hosts x {result['ranks_per_host']} rank, 4.2M MLP, batch 32/rank", fontsize=9)
     plotting.legend_outside(ax)
     plotting.save(fig, stem + "_throughput.png")
-    if result["accuracy"]:
-        fig, axes = plotting.new_figure()
-        ax = axes[0][0]
-        for cand, acc in result["accuracy"].items():
-            curve = acc["curve"]
-            plotting.measured(ax, [p["train_s"] for p in curve], [p["accuracy"] for p in curve], cand,
-                              cand.startswith("pyhvd"))
-        ax.set_xlabel("training time (s, evaluations excluded)")
-        ax.set_ylabel("test accuracy (5000 test images)")
-        ax.set_title(f"Fashion-MNIST at {links[0] / 1000:g} Gbit/s", fontsize=9)
-        plotting.legend_outside(ax)
-        plotting.save(fig, stem + "_accuracy.png")
+
+
+def draw_accuracy(result, stem):
+    fig, axes = plotting.new_figure()
+    ax = axes[0][0]
+    for cand, acc in result["accuracy"].items():
+        curve = acc["curve"]
+        plotting.measured(ax, [p["train_s"] for p in curve], [p["accuracy"] for p in curve], cand,
+                          cand.startswith("pyhvd"))
+    ax.set_xlabel("training time (s, evaluations excluded)")
+    ax.set_ylabel("test accuracy (5000 test images)")
+    ax.set_title(f"Fashion-MNIST at {result['links_mbit'][0] / 1000:g} Gbit/s", fontsize=9)
+    plotting.legend_outside(ax)
+    plotting.save(fig, stem + "_accuracy.png")
 
 
 def report(result):
@@ -234,7 +267,9 @@ def report(result):
     if result["single_samples_per_s"]:
         print(f"one process: {result['single_samples_per_s']:.1f} samples/s")
     for link, r in result["ratios"].items():
-        print(f"{link} Mbit/s: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+        measured = {k: v for k, v in r.items() if v == v}   # NaN: a candidate of the pair did not run
+        if measured:
+            print(f"{link} Mbit/s: " + ", ".join(f"{k} {v:.2f}x" for k, v in measured.items()))
     for cand, a in result["accuracy"].items():
         print(f"{cand}: final {100 * a['final']:.2f}% after {a['train_s']:.1f} s; to {100 * a['target']:.2f}%: "
               f"{a['steps_to_target']} steps, {a['seconds_to_target']} s")

@@ -3,8 +3,9 @@
     python benchmarks/cluster_worker.py CANDIDATE MODE --steps N --warmup N --eval-every N
 
 CANDIDATE: single (one process, no communication), pyhvd-{none,fp16,bf16,powersgd},
-ddp-{none,fp16,powersgd}. Rank and size come from the variables the driver sets (PYHOROVOD_* or torch's
-RANK/WORLD_SIZE/MASTER_ADDR). The model is the 4.2M-parameter MLP of /work/shared/anchors.md
+ddp-{none,fp16,powersgd}, hvd-{none,fp16} (Horovod 0.28.1 over gloo, run by its venv's Python). Rank and
+size come from the variables the driver sets (PYHOROVOD_*, HOROVOD_* or torch's RANK/WORLD_SIZE/MASTER_ADDR).
+The model is the 4.2M-parameter MLP of /work/shared/anchors.md
 (1024 -> 1024 x 3 -> 1000, ReLU) on Fashion-MNIST: images zero-padded to 32 x 32 = 1024 inputs, labels 0-9
 of the 1000 outputs, batch 32 per rank, SGD with momentum. Every rank reads its own shard of one shuffled
 order of the training set.
@@ -13,7 +14,7 @@ MODE throughput: --warmup untimed steps (past PowerSGD's start_iter, so compress
 timed ones; one record per rank with the step times. MODE accuracy: --steps steps from the start; every
 --eval-every steps rank 0 measures test accuracy on the first 5000 test images and records it with the
 training time so far (its own clock, the evaluations left out: the other ranks wait for rank 0 in the
-next step's allreduce, which rank 0 does not count). MODE allreduce (pyhvd-none, ddp-none): the gradient's
+next step's allreduce, which rank 0 does not count). MODE allreduce (pyhvd-none, ddp-none, hvd-none): the gradient's
 allreduce alone, --warmup untimed and --steps timed calls (probe_allreduce).
 """
 import os
@@ -49,18 +50,27 @@ def load(split):
     return torch.from_numpy(x.reshape(len(x), -1)), torch.from_numpy(y)
 
 
+def horovod_module(cand):
+    """pyhorovod.torch for pyhvd-*, Horovod 0.28.1's horovod.torch for hvd-* (the same API)."""
+    if cand.startswith("hvd-"):
+        import horovod.torch as hvd
+    else:
+        import pyhorovod.torch as hvd
+    return hvd
+
+
 def setup(cand, model, opt):
     """Returns (model, opt, rank, size, done): the candidate's wrapping and a function to end the job."""
     import torch
     if cand == "single":
         return model, opt, 0, 1, lambda: None
-    if cand.startswith("pyhvd-"):
-        import pyhorovod.torch as hvd
+    if cand.startswith(("pyhvd-", "hvd-")):
+        hvd = horovod_module(cand)
         hvd.init()
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        kind = cand[len("pyhvd-"):]
+        kind = cand.split("-", 1)[1]
         compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16,
-                       "bf16": hvd.Compression.bf16}.get(kind) or hvd.PowerSGD(**POWERSGD)
+                       "bf16": getattr(hvd.Compression, "bf16", None)}.get(kind) or hvd.PowerSGD(**POWERSGD)
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
         return model, opt, hvd.rank(), hvd.size(), hvd.shutdown
     import torch.distributed as dist
@@ -91,8 +101,8 @@ def probe_allreduce(cand, model, steps, warmup, rank, size):
     import torch
     tensors = [torch.zeros_like(p) for p in model.parameters()]
     flat = torch.zeros(sum(t.numel() for t in tensors))
-    if cand.startswith("pyhvd"):
-        import pyhorovod.torch as hvd
+    if cand.startswith(("pyhvd", "hvd")):
+        hvd = horovod_module(cand)
 
         def run_flat():
             hvd.allreduce_(flat, name="probe.flat")
@@ -125,7 +135,7 @@ def main(argv=None):
     import torch.nn.functional as F
     p = C.arg_parser(__doc__)
     p.add_argument("cand", choices=["single", "pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd",
-                                    "ddp-none", "ddp-fp16", "ddp-powersgd"])
+                                    "ddp-none", "ddp-fp16", "ddp-powersgd", "hvd-none", "hvd-fp16"])
     p.add_argument("mode", choices=["throughput", "accuracy", "allreduce"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=12)

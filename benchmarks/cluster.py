@@ -23,8 +23,10 @@ ssh into the namespaces) is a candidate where a Python that imports horovod.torc
 Outputs: benchmarks/results/cluster_<H>x<R>.json, cluster_<H>x<R>_throughput.png (samples/s by candidate
 and link), cluster_<H>x<R>_accuracy.png (test accuracy against training time).
 """
+import contextlib
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -76,6 +78,27 @@ def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
                        "MASTER_ADDR": head, "MASTER_PORT": ddp_port, "GLOO_SOCKET_IFNAME": "hv0"}
             out.append((net.hosts[h], C.python_env({k: str(v) for k, v in env.items()})))
     return out
+
+
+@contextlib.contextmanager
+def resolvable_host_names(net):
+    """Each namespace's host name resolving to its own link address while the block runs. Horovod 0.28.1's
+    process-set contexts ignore HOROVOD_GLOO_IFACE and bind to whatever the host name resolves to (its
+    global context honours it); a namespace's name does not resolve at all (its init crashes) and the
+    machine's resolves to 127.0.0.1 (its ranks cannot reach each other). `ip netns exec NAME` mounts the
+    files of /etc/netns/NAME/ over /etc/, so a hosts file there is seen by that namespace alone."""
+    made = []
+    try:
+        for host in net.hosts:
+            folder = os.path.join("/etc/netns", host.name)
+            os.makedirs(folder, exist_ok=True)
+            made.append(folder)
+            with open(os.path.join(folder, "hosts"), "w") as f:
+                f.write(f"127.0.0.1 localhost\n{host.addr()} {host.name}\n")
+        yield
+    finally:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def launch(cand, net, args, mode, steps, warmup=0, eval_every=0, timeout_s=600):
@@ -151,7 +174,7 @@ def main(argv=None):
     cleanup_stale()
     throughput = {f"{c}@{l}": [] for c in cands for l in links}
     single, curves, probe, t_start = [], {}, {}, time.time()
-    with Network(hosts=args.hosts) as net:
+    with Network(hosts=args.hosts) as net, resolvable_host_names(net):
         for rnd in range(args.rounds):
             single.append(samples_per_s(launch("single", net, args, "throughput", args.steps, args.warmup)))
             for link in links:

@@ -141,9 +141,10 @@ bool EngineCore::abort_requested(void* core) { return static_cast<EngineCore*>(c
 std::string EngineCore::describe_round(const void* core) {
   // Names the requests this rank waits to run: those of the round, then those enqueued since it began.
   const EngineCore& e = *static_cast<const EngineCore*>(core);
-  std::string out = "negotiation round " + std::to_string(e.rounds_) +
-                    (e.round_.express_on() ? " (the express exchange, then perhaps the exchange with the coordinator, rank 0"
-                                           : " (the exchange with the coordinator, rank 0");
+  std::string out =
+      "negotiation round " + std::to_string(e.rounds_) +
+      (e.round_.express_on() ? " (the express exchange, then perhaps the exchange with the coordinator, rank 0"
+                             : " (the exchange with the coordinator, rank 0");
   int shown = 0;
   auto add = [&](const OpPtr& op) {
     if (op->held || shown > 3) return;

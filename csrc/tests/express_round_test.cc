@@ -145,8 +145,11 @@ void test_misses(int p) {
           w.msg(r).add_new() = make_desc("c", DataType::FLOAT32, ReduceOp::SUM, 1);
         }  // how == 0: nothing to report
       }
-      std::string what = "rank " + std::to_string(odd) + (how == 0 ? " not ready" : how == 1 ? " on another request" :
-                                                          how == 2 ? " joining" : " with a new descriptor");
+      std::string what = "rank " + std::to_string(odd) +
+                         (how == 0   ? " not ready"
+                          : how == 1 ? " on another request"
+                          : how == 2 ? " joining"
+                                     : " with a new descriptor");
       std::string got = w.run(what);
       expect(got == "miss", w.tag() + what + ": every rank misses", got);
     }

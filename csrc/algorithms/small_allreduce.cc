@@ -1,21 +1,14 @@
-// Latency-optimal allreduce for small messages: recursive doubling, and allreduce() which chooses.
-//
-// p' = largest power of two <= p, rem = p - p'. Fix-up for p not a power of two: the first 2*rem ranks
-// pair up (2i, 2i+1); the even one sends its data to the odd one and sits out. The remaining p' ranks
-// ("new ranks" 0..p'-1) run log2(p') rounds: in round k, new rank n exchanges its whole buffer with new
-// rank n ^ 2^k and both combine. Finally each odd rank of the fix-up sends the result to its even partner.
-// Rounds: log2(p') (+2 when p is not a power of two), each moving the whole message.
+// Latency-optimal allreduce for small messages: recursive doubling (its schedule and why results agree
+// on every rank: algorithms/recursive_doubling.h), and allreduce() which chooses.
 //
 // Copies per round: the partner's whole buffer arrives in a temporary (on the stack up to 512 bytes)
 // through the transport's copy (shared memory: into and out of the ring; TCP: the kernel's), then one
 // reduce_to pass combines it with the buffer in place. Nothing else is copied or allocated.
-//
-// Identical results on every rank: in each round both partners hold the same two operands and combine
-// them in the same order (the lower new rank's value first), so even non-associative float sums agree.
 #include <algorithm>
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/recursive_doubling.h"
 #include "common/error.h"
 #include "common/reduce.h"
 
@@ -70,44 +63,28 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
   char* tmp = bytes > kStackBytes ? heap_tmp.data() : stack_tmp;
   Waiter waiter(tr);
 
-  int p2 = 1;
-  while (p2 * 2 <= p) p2 *= 2;
-  const int rem = p - p2;
-
-  int newrank;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      waiter.wait(tr->post_send(comm.global(r + 1), buf, bytes), deadline);
-      newrank = -1;
-    } else {
-      waiter.wait(tr->post_recv(comm.global(r - 1), tmp, bytes), deadline);
-      reduce_to(buf, tmp, buf, count, dt, op);  // lower rank's value first
-      newrank = r / 2;
-    }
-  } else {
-    newrank = r - rem;
-  }
-
-  if (newrank >= 0) {
-    for (int mask = 1; mask < p2; mask <<= 1) {
-      int partner_new = newrank ^ mask;
-      int partner = partner_new < rem ? partner_new * 2 + 1 : partner_new + rem;
-      RequestId rid = tr->post_recv(comm.global(partner), tmp, bytes);
-      RequestId sid = tr->post_send(comm.global(partner), buf, bytes);
-      waiter.wait(rid, sid, deadline);
-      if (partner_new < newrank) {
-        reduce_to(buf, tmp, buf, count, dt, op);
-      } else {
-        reduce_to(buf, buf, tmp, count, dt, op);
+  const RdSchedule schedule(r, p);
+  for (int i = 0; i < schedule.n; ++i) {
+    const RdStep& st = schedule.steps[i];
+    const int peer = comm.global(st.peer);
+    switch (st.kind) {
+      case RdStep::SEND: waiter.wait(tr->post_send(peer, buf, bytes), deadline); break;
+      case RdStep::RECV_RESULT: waiter.wait(tr->post_recv(peer, buf, bytes), deadline); break;
+      case RdStep::RECV_COMBINE:
+      case RdStep::EXCHANGE: {
+        RequestId rid = tr->post_recv(peer, tmp, bytes);
+        if (st.kind == RdStep::EXCHANGE) {
+          waiter.wait(rid, tr->post_send(peer, buf, bytes), deadline);
+        } else {
+          waiter.wait(rid, deadline);
+        }
+        if (st.peer_first) {
+          reduce_to(buf, tmp, buf, count, dt, op);
+        } else {
+          reduce_to(buf, buf, tmp, count, dt, op);
+        }
+        break;
       }
-    }
-  }
-
-  if (r < 2 * rem) {
-    if (r % 2 == 1) {
-      waiter.wait(tr->post_send(comm.global(r - 1), buf, bytes), deadline);
-    } else {
-      waiter.wait(tr->post_recv(comm.global(r + 1), buf, bytes), deadline);
     }
   }
 }

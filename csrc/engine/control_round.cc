@@ -6,7 +6,11 @@ namespace phv {
 
 ControlRound::ControlRound(Transport& transport, ProcessSetRegistry& sets, ResponseCache& cache, Timeline& timeline,
                            const EngineOptions& options, bool gpu_built)
-    : transport_(transport), cache_(cache), rank_(transport.rank()), size_(transport.size()) {
+    : transport_(transport),
+      cache_(cache),
+      rank_(transport.rank()),
+      size_(transport.size()),
+      express_(transport, cache) {
   if (rank_ == 0) {
     coordinator_ = std::make_unique<Coordinator>(size_, sets, cache, timeline, options, gpu_built);
     msgs_.resize(static_cast<size_t>(size_));
@@ -20,6 +24,14 @@ void ControlRound::set_fusion_threshold(int64_t bytes) {
 }
 
 const ResponseList& ControlRound::run(const RankMessage& msg, Deadline deadline) {
+  last_express_ = Express::OFF;
+  if (express_on_) {
+    if (express_.run(msg, deadline)) {
+      last_express_ = Express::HIT;
+      return express_.response();  // the mode stays on: every rank saw the same hit
+    }
+    last_express_ = Express::MISS;  // every rank saw the miss: all run the star round below
+  }
   begin(msg);
   while (!step(Step::BLOCK, deadline)) {
   }
@@ -57,12 +69,18 @@ bool ControlRound::step(Step how, Deadline deadline) {
     case Stage::REPLY_TAIL:
       decode_response_list(resp_buf_.data(), announced_length(resp_buf_.data()), resp_);
       resolve_items(resp_, cache_);
+      note_express_flag();
       stage_ = Stage::DONE;
       return true;
-    case Stage::BROADCAST: stage_ = Stage::DONE; return true;
+    case Stage::BROADCAST:
+      note_express_flag();
+      stage_ = Stage::DONE;
+      return true;
     default: return stage_ == Stage::DONE;
   }
 }
+
+void ControlRound::note_express_flag() { express_on_ = (resp_.flags & kRespExpress) != 0; }
 
 void ControlRound::drive(Deadline deadline) {
   while (transport_.pending() > 0) {
@@ -90,6 +108,12 @@ void ControlRound::decide_and_broadcast() {
     decode_rank_message(slot.data(), announced_length(slot.data()), msgs_[static_cast<size_t>(r)]);
   }
   coordinator_->decide(msgs_, resp_);
+  // Express mode: on after kExpressAfter steady rounds (so a one-off small allreduce never pays for a
+  // missed express exchange), off after a miss until the rounds are steady again.
+  if (last_express_ == Express::MISS) steady_ = 0;
+  const bool one_inline = resp_.n == 1 && resp_.items[0].type == ItemType::INLINE && resp_.flags == 0;
+  steady_ = one_inline ? steady_ + 1 : 0;
+  if (steady_ >= kExpressAfter) resp_.flags |= kRespExpress;
   encode_response_list(resp_, resp_buf_);
   for (int r = 1; r < size_; ++r) {
     transport_.post_send(r, resp_buf_.data(), kSlotBytes);

@@ -4,6 +4,10 @@
 // The round owns what only the exchange needs: the coordinator (rank 0 only), the receive slots and the
 // encode/decode buffers. It keeps nothing about requests between rounds (the coordinator does, rank 0).
 //
+// Express mode (express_round.h): while the last star response carried kRespExpress, run() first tries
+// the express round and runs the star round only when that misses. Rank 0 turns the mode on after
+// kExpressAfter consecutive star rounds that were one INLINE item and nothing else; a miss turns it off.
+//
 // run() is the engine's entry: it blocks in the transport until the round is complete. The same round
 // is also a small state machine (begin, then step until it says done) so that a test can drive every
 // rank of an in-memory world from one thread, each step posting only what the previous one allows.
@@ -11,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+#include "engine/express_round.h"
 #include "engine/messages.h"
 #include "engine/negotiation.h"
 #include "transport/transport.h"
@@ -35,6 +40,12 @@ class ControlRound {
   bool step(Step how, Deadline deadline);
   const ResponseList& response() const { return resp_; }
 
+  // What run() did with the express round last time (stats, and the engine's stall text).
+  enum class Express : uint8_t { OFF, HIT, MISS };
+  Express last_express() const { return last_express_; }
+  bool express_on() const { return express_on_; }
+  static constexpr int kExpressAfter = 2;
+
   // Autotune, between rounds: the fusion threshold the coordinator plans with from now on.
   void set_fusion_threshold(int64_t bytes);
 
@@ -51,6 +62,7 @@ class ControlRound {
   };
 
   void drive(Deadline deadline);
+  void note_express_flag();  // every rank, once resp_ is final: the mode of the next rounds
   void gather_tails();
   void decide_and_broadcast();
   bool receive_reply_tail();
@@ -67,6 +79,10 @@ class ControlRound {
   std::vector<uint8_t> resp_buf_;
   ResponseList resp_;
   std::vector<RequestId> completed_;
+  ExpressRound express_;
+  bool express_on_ = false;  // agreed: the last star response's kRespExpress
+  Express last_express_ = Express::OFF;
+  int steady_ = 0;  // coordinator: consecutive star rounds that were one INLINE item
 };
 
 }  // namespace phv

@@ -96,7 +96,8 @@ void EngineCore::run_round() {
       throw HvdError(e.kind(), msg);
     }
     ++rounds_;
-    runner_.count_round();
+    runner_.count_round(round_.last_express() == ControlRound::Express::HIT,
+                        round_.last_express() == ControlRound::Express::MISS);
     log(LogLevel::TRACE, "engine round ", rounds_, ": ", resp->n, " items, flags ", resp->flags, ", sent bits ",
         runner_.message().bits.size(), " news ", runner_.message().n_news);
     Runner::Outcome outcome = runner_.execute(*resp);
@@ -140,7 +141,10 @@ bool EngineCore::abort_requested(void* core) { return static_cast<EngineCore*>(c
 std::string EngineCore::describe_round(const void* core) {
   // Names the requests this rank waits to run: those of the round, then those enqueued since it began.
   const EngineCore& e = *static_cast<const EngineCore*>(core);
-  std::string out = "negotiation round " + std::to_string(e.rounds_) + " (the exchange with the coordinator, rank 0";
+  std::string out =
+      "negotiation round " + std::to_string(e.rounds_) +
+      (e.round_.express_on() ? " (the express exchange, then perhaps the exchange with the coordinator, rank 0"
+                             : " (the exchange with the coordinator, rank 0");
   int shown = 0;
   auto add = [&](const OpPtr& op) {
     if (op->held || shown > 3) return;

@@ -35,6 +35,7 @@ constexpr uint32_t kRankWaiting = 4;   // this rank has reported requests that h
 constexpr uint32_t kRespShutdown = 1;     // every rank stops after this round
 constexpr uint32_t kRespJoinDone = 2;     // every rank has joined; join_value is the last one
 constexpr uint32_t kRespAllWaiting = 4;   // nothing can progress until someone enqueues: sleep a cycle
+constexpr uint32_t kRespExpress = 8;      // the following rounds begin with the express round (express_round.h)
 
 struct Expiry {
   Key key;

@@ -171,7 +171,8 @@ ErrorKind Runner::stop_kind(ErrorKind transport_kind) {
 void Runner::log_stats() const {
   log(LogLevel::INFO, "engine stats: ", stats_.rounds, " rounds, ", stats_.cached, " cached responses, ", stats_.full,
       " full responses, ", stats_.errors, " errors, ", stats_.units, " units run, ", stats_.fused,
-      " tensors in fused units, ", stats_.inlined, " reduced inline");
+      " tensors in fused units, ", stats_.inlined, " reduced inline, ", stats_.express, " express rounds, ",
+      stats_.express_missed, " express misses");
 }
 
 }  // namespace phv

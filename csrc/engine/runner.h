@@ -60,7 +60,12 @@ class Runner {
   // becomes PEER_LOST: the streams are broken and the engine is gone, as for the ranks that see our
   // sockets close (HorovodTimeoutError is kept for a request that timed out in a working engine).
   ErrorKind stop_kind(ErrorKind transport_kind);
-  void count_round() { ++stats_.rounds; }
+  // express_hit: the round was an express round; express_miss: an express round missed, then the star ran.
+  void count_round(bool express_hit, bool express_miss) {
+    ++stats_.rounds;
+    stats_.express += express_hit ? 1 : 0;
+    stats_.express_missed += express_miss ? 1 : 0;
+  }
   void log_stats() const;  // at INFO when the engine stops (tests check fusion and cache hits with it)
 
   const std::unordered_map<Key, OpPtr, KeyHash>& pending() const { return pending_; }
@@ -89,7 +94,8 @@ class Runner {
   TransferWatch unit_watch_;  // the stall limits of the data plane
   uint64_t unit_seq_ = 0;     // the running unit's op number in its process set
   struct {
-    uint64_t rounds = 0, cached = 0, full = 0, errors = 0, units = 0, fused = 0, inlined = 0;
+    uint64_t rounds = 0, cached = 0, full = 0, errors = 0, units = 0, fused = 0, inlined = 0, express = 0,
+             express_missed = 0;
   } stats_;
   RankMessage msg_;
   std::vector<UnitEntry> unit_;

@@ -1,0 +1,133 @@
+#include "engine/express_round.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "common/reduce.h"
+
+namespace phv {
+
+ExpressRound::ExpressRound(Transport& transport, const ResponseCache& cache)
+    : transport_(transport),
+      cache_(cache),
+      schedule_(transport.rank(), transport.size()),
+      mine_(kPacketBytes),
+      theirs_(kPacketBytes) {
+  static_assert(sizeof(Header) == kHeaderBytes, "the packet header is four 32-bit words");
+}
+
+bool ExpressRound::ready(const RankMessage& msg) {
+  if ((msg.flags & ~kRankWaiting) != 0 || msg.n_news != 0 || msg.n_expiries != 0 || msg.n_inlines != 1) return false;
+  const InlineData& rec = msg.inlines[0];
+  if (rec.pos < 0 || rec.data.empty() || rec.data.size() > kInlineBytes || !msg.bit(rec.pos)) return false;
+  int set_bits = 0;
+  for (uint64_t w : msg.bits) set_bits += __builtin_popcountll(w);
+  return set_bits == 1;
+}
+
+bool ExpressRound::run(const RankMessage& msg, Deadline deadline) {
+  begin(msg);
+  try {
+    while (!step(Step::BLOCK, deadline)) {
+    }
+  } catch (const HvdError& e) {
+    const RdStep& st = schedule_.steps[at_];
+    throw HvdError(e.kind(), "express round (recursive doubling step " + std::to_string(at_ + 1) + " of " +
+                                 std::to_string(schedule_.n) + ", with rank " + std::to_string(st.peer) +
+                                 "): " + e.what());
+  }
+  return hit_;
+}
+
+void ExpressRound::begin(const RankMessage& msg) {
+  Header& h = header(mine_);
+  h = Header{0, -1, 0, 0};
+  std::memset(mine_.data() + kHeaderBytes, 0, kInlineBytes);  // no stale bytes on the wire
+  if (ready(msg)) {
+    const InlineData& rec = msg.inlines[0];
+    h.ready = 1;
+    h.pos = rec.pos;
+    h.len = static_cast<uint32_t>(rec.data.size());
+    std::memcpy(mine_.data() + kHeaderBytes, rec.data.data(), rec.data.size());
+  }
+  at_ = 0;
+  hit_ = false;
+  done_ = false;
+  resp_.clear();
+  if (schedule_.n == 0) {
+    finish();
+  } else {
+    post_step();
+  }
+}
+
+bool ExpressRound::step(Step how, Deadline deadline) {
+  while (!done_) {
+    while (transport_.pending() > 0) {
+      if (how == Step::POLL) return false;
+      completed_.clear();
+      transport_.progress(completed_, deadline);
+    }
+    combine_step();
+    if (++at_ < schedule_.n) {
+      post_step();
+    } else {
+      finish();
+    }
+  }
+  return true;
+}
+
+void ExpressRound::post_step() {
+  const RdStep& st = schedule_.steps[at_];
+  switch (st.kind) {
+    case RdStep::SEND: transport_.post_send(st.peer, mine_.data(), kPacketBytes); break;
+    case RdStep::RECV_RESULT: transport_.post_recv(st.peer, mine_.data(), kPacketBytes); break;
+    case RdStep::RECV_COMBINE: transport_.post_recv(st.peer, theirs_.data(), kPacketBytes); break;
+    case RdStep::EXCHANGE:
+      transport_.post_recv(st.peer, theirs_.data(), kPacketBytes);
+      transport_.post_send(st.peer, mine_.data(), kPacketBytes);
+      break;
+  }
+}
+
+void ExpressRound::combine_step() {
+  const RdStep& st = schedule_.steps[at_];
+  if (st.kind != RdStep::RECV_COMBINE && st.kind != RdStep::EXCHANGE) return;
+  Header& me = header(mine_);
+  const Header& peer = header(theirs_);
+  if (!me.ready) return;
+  // A different request (or none) on the peer's side: the round is a miss everywhere, bytes untouched.
+  if (!peer.ready || peer.pos != me.pos || peer.len != me.len) {
+    me.ready = 0;
+    return;
+  }
+  const Desc& d = cache_.entry(me.pos).desc;
+  const ReduceOp op = d.op == ReduceOp::AVERAGE ? ReduceOp::SUM : d.op;  // the postscale divides (finish_inline)
+  const size_t count = me.len / dtype_size(d.dtype);
+  uint8_t* mine = mine_.data() + kHeaderBytes;
+  const uint8_t* theirs = theirs_.data() + kHeaderBytes;
+  if (st.peer_first) {
+    reduce_to(mine, theirs, mine, count, d.dtype, op);
+  } else {
+    reduce_to(mine, mine, theirs, count, d.dtype, op);
+  }
+}
+
+void ExpressRound::finish() {
+  done_ = true;
+  const Header& h = header(mine_);
+  hit_ = h.ready != 0;
+  if (!hit_) return;
+  ResponseItem& item = resp_.add();
+  item.type = ItemType::INLINE;
+  item.fused = false;
+  item.pos = h.pos;
+  item.data.assign(mine_.data() + kHeaderBytes, mine_.data() + kHeaderBytes + h.len);
+  const CacheEntry& e = cache_.entry(h.pos);
+  item.agreed = &e.desc;
+  item.agreed_dim0s = &e.dim0s;
+}
+
+}  // namespace phv

@@ -1,0 +1,83 @@
+// The express round: a cached small allreduce's negotiation and data in one recursive-doubling exchange.
+//
+// Terms. A rank is *ready* for the express round when its RankMessage says nothing but "my one request is
+// the cached small allreduce at bit `pos`, here are its (prescaled) bytes" (engine/inline_reduce.h): no
+// flags other than kRankWaiting (no shutdown, no join), no new descriptors, no expiries, exactly one bit.
+// Its *packet* is a header (ready, pos, length) followed by those bytes, always kPacketBytes long so that
+// every rank can post its receives before knowing what its peer has.
+//
+// Why. The star round (control_round.h) costs a message to rank 0 and one back, then the data; even with
+// the inline path (the bytes ride in the star round) it is two serial hops through rank 0, which does
+// 2(p-1) transfers. Here every rank exchanges its packet with a partner each step of recursive doubling
+// (algorithms/recursive_doubling.h): log2(p) hops, no rank busier than another.
+//
+// Combining. Each step the two packets become one: ready only if both are ready for the same pos and
+// length (the cache is agreed, so the same pos is the same name, dtype, shape and op on every rank), and
+// only then are the bytes reduced. Once ready is false the bytes are never combined again, so mismatched
+// ranks never mix different tensors. At the end every rank holds the same packet (the schedule makes
+// results identical everywhere), so every rank takes the same branch:
+//   hit:  response() is one INLINE item, executed like the star round's; no star round is run.
+//   miss: nothing was decided; the caller runs the normal star round with the same message, so a rank
+//         that is not ready, a mismatch, a shutdown or a join are handled exactly as without express.
+//
+// When it runs. Only while express mode is on, which every rank learns from the star round's response
+// (kRespExpress): rank 0 turns it on after two consecutive star rounds that were one INLINE item and
+// nothing else, and off after a miss. Every rank therefore starts every round with the same exchange.
+//
+// Like ControlRound, run() blocks; begin()/step() let a test drive every rank of an in-memory world.
+#pragma once
+#include <cstdint>
+#include <vector>
+#include "algorithms/recursive_doubling.h"
+#include "engine/inline_reduce.h"
+#include "engine/messages.h"
+#include "engine/response_cache.h"
+#include "transport/transport.h"
+
+namespace phv {
+
+class ExpressRound {
+ public:
+  static constexpr size_t kHeaderBytes = 16;
+  static constexpr size_t kPacketBytes = kHeaderBytes + kInlineBytes;
+
+  // cache: the engine's agreed response cache (outlives the round).
+  ExpressRound(Transport& transport, const ResponseCache& cache);
+
+  // Whether `msg` makes this rank ready (see above).
+  static bool ready(const RankMessage& msg);
+
+  // Runs the exchange; returns hit(). Throws the transport's HvdError (with the step and peer added).
+  bool run(const RankMessage& msg, Deadline deadline);
+
+  enum class Step { POLL, BLOCK };  // as ControlRound's: POLL returns false while transfers are in flight
+  void begin(const RankMessage& msg);
+  bool step(Step how, Deadline deadline);  // true once the exchange is complete
+  bool hit() const { return hit_; }
+  const ResponseList& response() const { return resp_; }  // valid after a hit, until the next begin()
+
+ private:
+  struct Header {
+    uint32_t ready;
+    int32_t pos;
+    uint32_t len;
+    uint32_t reserved;
+  };
+  Header& header(std::vector<uint8_t>& packet) { return *reinterpret_cast<Header*>(packet.data()); }
+  void post_step();
+  void combine_step();
+  void finish();
+
+  Transport& transport_;
+  const ResponseCache& cache_;
+  RdSchedule schedule_;
+  int at_ = 0;  // the schedule step in flight
+  bool done_ = true;
+  bool hit_ = false;
+  std::vector<uint8_t> mine_;    // my packet, combined in place
+  std::vector<uint8_t> theirs_;  // the peer's packet
+  std::vector<RequestId> completed_;
+  ResponseList resp_;
+};
+
+}  // namespace phv

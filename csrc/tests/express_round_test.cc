@@ -1,0 +1,197 @@
+// The express round without threads: every rank of an in-memory world has its own ExpressRound over an
+// agreed cache, and one thread steps them all until each is done. World sizes 1 to 5 (3 and 5 exercise
+// the fix-up pairs of a non-power of two). Checks that every rank takes the same branch, that a hit
+// holds the exact reduction, and that any rank not ready for the same request makes everyone miss.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_options.h"
+#include "engine/express_round.h"
+#include "engine/inline_reduce.h"
+#include "tests/check.h"
+#include "transport/memory_transport.h"
+
+using namespace phv;
+using namespace phv::testing;
+
+namespace {
+
+Desc make_desc(const std::string& name, DataType dt, ReduceOp op, int64_t count) {
+  Desc d;
+  d.kind = desc_kind(OpType::ALLREDUCE);
+  d.dtype = dt;
+  d.op = op;
+  d.shape = {count};
+  d.name = name;
+  return d;
+}
+
+class World {
+ public:
+  explicit World(int p) : p_(p), transports_(make_memory_transports(p)), msgs_(static_cast<size_t>(p)) {
+    for (int r = 0; r < p; ++r) {
+      caches_.push_back(std::make_unique<ResponseCache>(EngineOptions().cache_capacity));
+      rounds_.push_back(std::make_unique<ExpressRound>(*transports_[static_cast<size_t>(r)], *caches_.back()));
+    }
+  }
+  int size() const { return p_; }
+  // Every rank caches d (same position everywhere, as after an agreed FULL response).
+  int cache_everywhere(const Desc& d) {
+    int pos = -1;
+    for (auto& c : caches_) pos = c->put(d, {});
+    return pos;
+  }
+  // Rank r reports the cached d by its bit with `values` as its input.
+  void report(int r, const Desc& d, const void* values) {
+    RankMessage& m = msgs_[static_cast<size_t>(r)];
+    Op op;
+    op.desc = d;
+    op.req.input = values;
+    int pos = caches_[static_cast<size_t>(r)]->lookup(d.key());
+    m.set_bit(pos);
+    append_inline(m, pos, op);
+  }
+  RankMessage& msg(int r) { return msgs_[static_cast<size_t>(r)]; }
+
+  // Steps every rank to the end; returns "hit" / "miss" when all agree, "split" otherwise.
+  std::string run(const std::string& what) {
+    for (int r = 0; r < p_; ++r) rounds_[static_cast<size_t>(r)]->begin(msg(r));
+    std::vector<bool> done(static_cast<size_t>(p_), false);
+    Deadline deadline = deadline_after(10);
+    bool all = false;
+    for (int sweep = 0; sweep < 32 && !all; ++sweep) {
+      all = true;
+      for (int r = 0; r < p_; ++r) {
+        if (!done[static_cast<size_t>(r)])
+          done[static_cast<size_t>(r)] = rounds_[static_cast<size_t>(r)]->step(ExpressRound::Step::POLL, deadline);
+        all = all && done[static_cast<size_t>(r)];
+      }
+    }
+    for (auto& m : msgs_) m.clear();
+    expect(all, tag() + what + ": every rank completes");
+    if (!all) return "incomplete";
+    bool hit = rounds_[0]->hit();
+    for (int r = 1; r < p_; ++r) {
+      if (rounds_[static_cast<size_t>(r)]->hit() != hit) return "split";
+    }
+    return hit ? "hit" : "miss";
+  }
+  // Rank r's result bytes after a hit.
+  const std::vector<uint8_t>& result(int r) const { return rounds_[static_cast<size_t>(r)]->response().items[0].data; }
+  std::string tag() const { return "[p=" + std::to_string(p_) + "] "; }
+
+ private:
+  int p_;
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<std::unique_ptr<ResponseCache>> caches_;
+  std::vector<std::unique_ptr<ExpressRound>> rounds_;
+  std::vector<RankMessage> msgs_;
+};
+
+// Every rank ready for the same request: a hit with the exact reduction on every rank.
+template <typename T>
+void test_hit(int p, DataType dt, ReduceOp op, const std::string& what) {
+  World w(p);
+  Desc d = make_desc("loss", dt, op, 3);
+  w.cache_everywhere(d);
+  std::vector<std::vector<T>> in(static_cast<size_t>(p));
+  std::vector<T> want(3);
+  for (int r = 0; r < p; ++r) {
+    in[static_cast<size_t>(r)] = {static_cast<T>(r + 1), static_cast<T>(2), static_cast<T>(p - r)};
+    for (size_t i = 0; i < 3; ++i) {
+      T v = in[static_cast<size_t>(r)][i];
+      if (r == 0) want[i] = v;
+      else if (op == ReduceOp::SUM || op == ReduceOp::AVERAGE) want[i] = static_cast<T>(want[i] + v);
+      else if (op == ReduceOp::MIN) want[i] = v < want[i] ? v : want[i];
+      else if (op == ReduceOp::MAX) want[i] = v > want[i] ? v : want[i];
+      else want[i] = static_cast<T>(want[i] * v);
+    }
+    w.report(r, d, in[static_cast<size_t>(r)].data());
+  }
+  std::string got = w.run(what);
+  expect(got == "hit", w.tag() + what + ": every rank ready for the same request hits", got);
+  if (got != "hit") return;
+  for (int r = 0; r < p; ++r) {
+    const std::vector<uint8_t>& res = w.result(r);
+    expect(res.size() == sizeof(T) * 3 && std::memcmp(res.data(), want.data(), res.size()) == 0,
+           w.tag() + what + ": rank " + std::to_string(r) + " holds the exact reduction (sum before the postscale)");
+  }
+}
+
+// One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses.
+void test_misses(int p) {
+  World w(p);
+  Desc a = make_desc("a", DataType::FLOAT32, ReduceOp::SUM, 1);
+  Desc b = make_desc("b", DataType::FLOAT32, ReduceOp::SUM, 1);
+  w.cache_everywhere(a);
+  w.cache_everywhere(b);
+  float one = 1.0f;
+  for (int odd = 0; odd < p; ++odd) {
+    for (int how = 0; how < 4; ++how) {
+      if (p == 1 && how == 1) continue;  // alone, another request is simply the request
+      for (int r = 0; r < p; ++r) {
+        if (r != odd) {
+          w.report(r, a, &one);
+        } else if (how == 1) {
+          w.report(r, b, &one);
+        } else if (how == 2) {
+          w.report(r, a, &one);
+          w.msg(r).flags |= kRankJoined;
+        } else if (how == 3) {
+          w.report(r, a, &one);
+          w.msg(r).add_new() = make_desc("c", DataType::FLOAT32, ReduceOp::SUM, 1);
+        }  // how == 0: nothing to report
+      }
+      std::string what = "rank " + std::to_string(odd) +
+                         (how == 0   ? " not ready"
+                          : how == 1 ? " on another request"
+                          : how == 2 ? " joining"
+                                     : " with a new descriptor");
+      std::string got = w.run(what);
+      expect(got == "miss", w.tag() + what + ": every rank misses", got);
+    }
+  }
+  for (int r = 0; r < p; ++r) w.report(r, a, &one);
+  expect(w.run("after the misses") == "hit", w.tag() + "every rank ready again: a hit");
+}
+
+void test_readiness() {
+  Desc a = make_desc("a", DataType::FLOAT32, ReduceOp::SUM, 1);
+  RankMessage m;
+  expect(!ExpressRound::ready(m), "an empty message is not ready");
+  m.set_bit(0);
+  expect(!ExpressRound::ready(m), "a bit without its bytes is not ready");
+  float v = 1;
+  Op op;
+  op.desc = a;
+  op.req.input = &v;
+  append_inline(m, 0, op);
+  expect(ExpressRound::ready(m), "one bit with its bytes is ready");
+  m.flags |= kRankWaiting;
+  expect(ExpressRound::ready(m), "still ready when the request was reported before");
+  m.set_bit(5);
+  expect(!ExpressRound::ready(m), "two bits are not ready");
+  m.clear();
+  m.set_bit(0);
+  append_inline(m, 0, op);
+  m.flags |= kRankShutdown;
+  expect(!ExpressRound::ready(m), "a shutdown is not ready");
+}
+
+}  // namespace
+
+int main() {
+  test_readiness();
+  for (int p = 1; p <= 5; ++p) {
+    test_hit<float>(p, DataType::FLOAT32, ReduceOp::SUM, "float32 sum");
+    test_hit<float>(p, DataType::FLOAT32, ReduceOp::AVERAGE, "float32 average");
+    test_hit<double>(p, DataType::FLOAT64, ReduceOp::MAX, "float64 max");
+    test_hit<int32_t>(p, DataType::INT32, ReduceOp::MIN, "int32 min");
+    test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product");
+    test_misses(p);
+  }
+  return finish("express_round_test");
+}

@@ -1,0 +1,85 @@
+"""The express round (docs/architecture.md, csrc/engine/express_round.h) over real processes: a steady
+stream of cached small synchronous allreduces runs as one recursive-doubling exchange per call. Checked
+exactly for every dtype/op the small path takes, at 2, 3 (a non-power of two) and 4 ranks; a rank that
+changes the op or the shape mid-stream gets the usual mismatch error on every rank (the express round
+misses and the star round decides), after which the stream goes express again. The engine's statistics
+line ("... N express rounds, M express misses") shows that express rounds happened."""
+import re
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+EXPRESS = re.compile(r"engine stats: (\d+) rounds, .* (\d+) express rounds, (\d+) express misses")
+
+
+def express_counts(stderr):
+    m = EXPRESS.search(stderr)
+    assert m, f"no engine stats line in:\n{stderr}"
+    return int(m.group(2)), int(m.group(3))
+
+
+def body_exact(iterations):
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    ops = {"sum": hvd.Sum, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product, "average": hvd.Average}
+    for dt in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8):
+        for opname, op in ops.items():
+            if opname == "average" and not np.issubdtype(dt, np.floating):
+                continue
+            mine = np.array([r + 1, 2, n - r], dtype=dt)
+            cols = np.array([[q + 1, 2, n - q] for q in range(n)], dtype=np.float64)
+            want = {"sum": cols.sum(0), "min": cols.min(0), "max": cols.max(0), "product": cols.prod(0),
+                    "average": cols.mean(0)}[opname].astype(dt)
+            for i in range(iterations):
+                out = hvd.allreduce(mine, op=op, name=f"x.{np.dtype(dt).name}.{opname}")
+                assert out.dtype == np.dtype(dt) and np.array_equal(out, want), (dt, opname, i, out, want)
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_steady_small_allreduces_go_express_with_exact_results(size):
+    results = run_ranks(body_exact, size, timeout=180, args=(12,), env={"HOROVOD_LOG_LEVEL": "info"})
+    counts = [express_counts(res.stderr) for res in results]
+    assert all(c == counts[0] for c in counts), counts  # every rank took the same branch every round
+    # 31 dtype/op streams of 12 calls: all but the first few calls of each stream can go express.
+    assert counts[0][0] >= 31 * 5, counts
+
+
+def body_change(iterations):
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    odd = r == n - 1
+    x = np.full(2, r + 1, np.float32)
+    tri = n * (n + 1) / 2
+
+    def steady():
+        for _ in range(iterations):
+            assert np.array_equal(hvd.allreduce(x, op=hvd.Sum, name="s"), np.full(2, tri, np.float32))
+
+    steady()
+    try:  # the last rank changes the op mid-stream
+        hvd.allreduce(x, op=hvd.Max if odd else hvd.Sum, name="s")
+        raise AssertionError("a changed op ran")
+    except Exception as e:  # noqa: BLE001 - the error is the point
+        assert "Mismatched reduce ops" in str(e), str(e)
+    steady()
+    try:  # ... and then the shape
+        hvd.allreduce(np.ones(3 if odd else 2, np.float32), op=hvd.Sum, name="s")
+        raise AssertionError("a changed shape ran")
+    except Exception as e:  # noqa: BLE001
+        assert "Mismatched allreduce tensor shapes" in str(e), str(e)
+    steady()
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_rank_changing_op_or_shape_mid_stream_falls_back(size):
+    results = run_ranks(body_change, size, timeout=120, args=(10,), env={"HOROVOD_LOG_LEVEL": "info"})
+    counts = [express_counts(res.stderr) for res in results]
+    assert all(c == counts[0] for c in counts), counts
+    hits, misses = counts[0]
+    assert hits >= 3 * 5 and misses >= 2, counts

@@ -1,10 +1,11 @@
 """Large allgather, broadcast, alltoall, reducescatter and allreduce with exact expected values.
 
-Sizes straddle 256 KiB (one element below, at and above it: where a large-message path would take over,
-the place off-by-one errors in segmenting show) plus 4 MiB, for float32, float64 and int32, at 2, 3 and 4 ranks, over shared memory and over
-TCP (PYHOROVOD_SHM=0). Inputs are small integers (exact in every dtype); each rank rebuilds every other
-rank's input locally and checks its own result element by element. One 32 MiB float32 case per op runs at
-2 ranks over shared memory only, to keep the file's run time bounded on a loaded machine.
+Sizes straddle 256 KiB (one element below, at and above it: where a large-message path would take
+over, and where off-by-one errors in segmenting show) plus 4 MiB, for float32, float64 and int32, at 2,
+3 and 4 ranks, over shared memory and over TCP (PYHOROVOD_SHM=0). Inputs are small integers (exact in
+every dtype); each rank rebuilds every other rank's input locally and checks its own result element by
+element. One 32 MiB float32 case per op runs at 2 ranks over shared memory only, to keep the file's run
+time bounded on a loaded machine.
 """
 import numpy as np
 import pytest

@@ -295,7 +295,8 @@ def _run_elastic(args, command: List[str], extra_env) -> int:
                               elastic_timeout_s=timeout, reset_limit=args.reset_limit,
                               cooldown_range=tuple(args.blacklist_cooldown_range)
                               if args.blacklist_cooldown_range else None,
-                              reset_timeout_s=elastic_flags.reset_timeout_s(os.environ))
+                              reset_timeout_s=elastic_flags.reset_timeout_s(os.environ),
+                              autoscaled=getattr(args, "autoscale", None) is not None)
     except (ValueError, RuntimeError, OSError) as e:
         if discovery is not None:
             discovery.close()

@@ -53,10 +53,10 @@ class ElasticOptions:
     elastic_timeout_s: float = 600.0
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[float, float]] = None
-    # Once a member of the running generation asks for a place (it failed, or heard of a change), the
-    # other members must ask within this many seconds; one that does not is cut off or hung: it is
-    # stopped and its host blacklisted, so that the others never wait on it for good.
+    # Once a member of the running generation asks for a place (it failed, or heard of a change), the others
+    # must ask within this many seconds; one that does not is cut off or hung: stopped, its host blacklisted.
     reset_timeout_s: float = 60.0
+    autoscaled: bool = False   # rank 0's autoscaler owns the target: an added host does not raise it to max_np
 
 
 class _Fatal(Exception):
@@ -190,7 +190,7 @@ class ElasticDriver:
     def _plan(self) -> None:
         hosts = self._usable_hosts()
         discovered = set(self.opts.discovery.current())
-        if discovered - self.known_hosts:
+        if discovered - self.known_hosts and not self.opts.autoscaled:
             self.target = self.opts.max_np   # hosts were added: grow as far as allowed
         self.known_hosts |= discovered
         self._read_target()

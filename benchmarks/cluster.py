@@ -1,5 +1,6 @@
-"""Training over slow links: pyhorovod (no compression, fp16, bf16, PowerSGD) against torch DDP over gloo
-(no hook, its fp16 hook, its PowerSGD hook at the same rank) on an emulated cluster.
+"""Training over slow links: pyhorovod (no compression, fp16, bf16, PowerSGD; pyhvd-hier: uncompressed with
+the hierarchical allreduce forced on) against torch DDP over gloo (no hook, its fp16 hook, its PowerSGD hook
+at the same rank) on an emulated cluster; the model is the 4.2M MLP or (--model cnn) the example CNN.
 
     flock /tmp/bench.lock python3 benchmarks/cluster.py --hosts 4 --ranks-per-host 1 --links 1000,10000
 
@@ -39,7 +40,7 @@ import common as C  # noqa: E402
 import plotting  # noqa: E402
 
 CANDIDATES = ["pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd", "ddp-none", "ddp-fp16", "ddp-powersgd",
-              "hvd-none", "hvd-fp16"]
+              "hvd-none", "hvd-fp16", "pyhvd-hier"]
 DEFAULT_CANDIDATES = CANDIDATES[:7] + ["hvd-fp16"]
 WORKER = os.path.join(HERE, "cluster_worker.py")
 STORE = ("from pyhorovod import _core; import sys, time; s = _core.TcpStoreServer(sys.argv[1], 0, "
@@ -66,6 +67,8 @@ def rank_envs(cand, net, hosts, per_host, store_port, secret, ddp_port):
                        "PYHOROVOD_STORE_ADDR": head, "PYHOROVOD_STORE_PORT": store_port,
                        "PYHOROVOD_SECRET": secret, "PYHOROVOD_IFACE": "hv0", "PYHOROVOD_SHM": "0",
                        "PYHOROVOD_TIMEOUT_SECONDS": 120}
+                if cand == "pyhvd-hier":
+                    env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = 1
             elif cand.startswith("hvd"):
                 env = {"HOROVOD_RANK": r, "HOROVOD_SIZE": size, "HOROVOD_LOCAL_RANK": lr,
                        "HOROVOD_LOCAL_SIZE": per_host, "HOROVOD_CROSS_RANK": h, "HOROVOD_CROSS_SIZE": hosts,
@@ -104,7 +107,7 @@ def resolvable_host_names(net):
 def launch(cand, net, args, mode, steps, warmup=0, eval_every=0, timeout_s=600):
     """Runs one candidate's job in the namespaces; returns its records."""
     python = args.hvd_python if cand.startswith("hvd") else sys.executable
-    argv = [python, WORKER, cand, mode, "--steps", str(steps), "--warmup", str(warmup),
+    argv = [python, WORKER, cand, mode, "--model", args.model, "--steps", str(steps), "--warmup", str(warmup),
             "--eval-every", str(eval_every)]
     if cand == "single":
         return C.run_records([(net.hosts[0].argv(argv), C.python_env())], timeout_s, cand)
@@ -141,6 +144,8 @@ def main(argv=None):
     p = C.arg_parser(__doc__)
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--ranks-per-host", type=int, default=1)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="mlp: the 4.2M MLP of anchors.md; cnn: examples/fashion_mnist.py's Net (56k parameters)")
     p.add_argument("--links", default="1000,10000",
                    help="link speeds in Mbit/s, comma-separated")
     p.add_argument("--candidates", type=C.choice_list(CANDIDATES), default=",".join(DEFAULT_CANDIDATES))
@@ -169,7 +174,7 @@ def main(argv=None):
     if any(c.startswith("hvd") for c in cands) and not args.hvd_python:
         skipped["horovod"] = "Horovod 0.28.1 is not built on this machine (no Python imports horovod.torch)"
         cands = [c for c in cands if not c.startswith("hvd")]
-    tag = f"{args.hosts}x{args.ranks_per_host}"
+    tag = f"{args.hosts}x{args.ranks_per_host}" + ("_cnn" if args.model == "cnn" else "")
     out_path = args.out or os.path.join(HERE, "results", f"cluster_{tag}.json")
     cleanup_stale()
     throughput = {f"{c}@{l}": [] for c in cands for l in links}
@@ -230,7 +235,8 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
                              "none/ddp-none": r("pyhvd-none", "ddp-none"),
                              "bf16/ddp-fp16": r("pyhvd-bf16", "ddp-fp16"),
                              "none/hvd-none": r("pyhvd-none", "hvd-none"),
-                             "fp16/hvd-fp16": r("pyhvd-fp16", "hvd-fp16")}
+                             "fp16/hvd-fp16": r("pyhvd-fp16", "hvd-fp16"),
+                             "hier/none": r("pyhvd-hier", "pyhvd-none")}
     accuracy = {}
     if "pyhvd-none" in curves:
         target = curves["pyhvd-none"]["curve"][-1]["accuracy"]
@@ -239,7 +245,7 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
             accuracy[cand] = {"final": rec["curve"][-1]["accuracy"], "target": target, "steps_to_target": steps,
                               "seconds_to_target": secs, "train_s": rec["curve"][-1]["train_s"],
                               "epochs": rec["epochs"], "curve": rec["curve"]}
-    return {"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "links_mbit": links,
+    return {"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "model": args.model, "links_mbit": links,
             "single_samples_per_s": one, "single_rounds": single, "throughput": rows, "ratios": ratios,
             "accuracy": accuracy, "skipped": skipped, "steps": args.steps, "warmup": args.warmup,
             "rounds": args.rounds, "accuracy_steps": args.accuracy_steps}
@@ -264,7 +270,8 @@ def draw_throughput(result, stem):
     ax.set_xticks([i + width * (len(links) - 1) / 2 for i in range(len(cands))], cands, rotation=30,
                   fontsize=7)
     ax.set_ylabel("samples/s (median of rounds)")
-    ax.set_title(f"{result['hosts']} hosts x {result['ranks_per_host']} rank, 4.2M MLP, batch 32/rank", fontsize=9)
+    model = "4.2M MLP" if result.get("model", "mlp") == "mlp" else "56k CNN"
+    ax.set_title(f"{result['hosts']} hosts x {result['ranks_per_host']} rank, {model}, batch 32/rank", fontsize=9)
     plotting.legend_outside(ax)
     plotting.save(fig, stem + "_throughput.png")
 

@@ -1,13 +1,15 @@
 """One rank of one candidate in benchmarks/cluster.py (launched by it inside a network namespace).
 
-    python benchmarks/cluster_worker.py CANDIDATE MODE --steps N --warmup N --eval-every N
+    python benchmarks/cluster_worker.py CANDIDATE MODE --model {mlp,cnn} --steps N --warmup N --eval-every N
 
-CANDIDATE: single (one process, no communication), pyhvd-{none,fp16,bf16,powersgd},
+CANDIDATE: single (one process, no communication), pyhvd-{none,fp16,bf16,powersgd,hier} (hier: uncompressed,
+with the hierarchical allreduce forced on by the driver's HOROVOD_HIERARCHICAL_ALLREDUCE=1),
 ddp-{none,fp16,powersgd}, hvd-{none,fp16} (Horovod 0.28.1 over gloo, run by its venv's Python). Rank and
 size come from the variables the driver sets (PYHOROVOD_*, HOROVOD_* or torch's RANK/WORLD_SIZE/MASTER_ADDR).
-The model is the 4.2M-parameter MLP of /work/shared/anchors.md
+--model mlp is the 4.2M-parameter MLP of /work/shared/anchors.md
 (1024 -> 1024 x 3 -> 1000, ReLU) on Fashion-MNIST: images zero-padded to 32 x 32 = 1024 inputs, labels 0-9
-of the 1000 outputs, batch 32 per rank, SGD with momentum. Every rank reads its own shard of one shuffled
+of the 1000 outputs. --model cnn is examples/fashion_mnist.py's Net (56k parameters, ~1 MMAC per image) on
+the 1 x 28 x 28 images. Batch 32 per rank, SGD with momentum. Every rank reads its own shard of one shuffled
 order of the training set.
 
 MODE throughput: --warmup untimed steps (past PowerSGD's start_iter, so compression is on), then --steps
@@ -23,7 +25,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "examples")]
 import common as C  # noqa: E402
 
 BATCH = 32
@@ -41,13 +44,23 @@ def build_mlp():
     return nn.Sequential(*layers, nn.Linear(d, 1000))
 
 
-def load(split):
+def build_model(name):
+    if name == "cnn":
+        from fashion_mnist import Net
+        return Net()
+    return build_mlp()
+
+
+def load(split, model_name):
     import torch
     from pyhorovod.scaling.fmnist import load_fashion_mnist
     x, y = load_fashion_mnist(split)
-    x = np.pad(x.astype(np.float32) / 255.0, ((0, 0), (2, 2), (2, 2)))   # 28x28 -> 32x32
+    x = x.astype(np.float32) / 255.0
+    if model_name == "mlp":
+        x = np.pad(x, ((0, 0), (2, 2), (2, 2)))   # 28x28 -> 32x32 (black borders, then normalized)
     x = (x - 0.2860) / 0.3530
-    return torch.from_numpy(x.reshape(len(x), -1)), torch.from_numpy(y)
+    shape = (len(x), 1, 28, 28) if model_name == "cnn" else (len(x), -1)
+    return torch.from_numpy(x.reshape(shape)), torch.from_numpy(y)
 
 
 def horovod_module(cand):
@@ -69,7 +82,7 @@ def setup(cand, model, opt):
         hvd.init()
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         kind = cand.split("-", 1)[1]
-        compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16,
+        compression = {"none": hvd.Compression.none, "hier": hvd.Compression.none, "fp16": hvd.Compression.fp16,
                        "bf16": getattr(hvd.Compression, "bf16", None)}.get(kind) or hvd.PowerSGD(**POWERSGD)
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
         return model, opt, hvd.rank(), hvd.size(), hvd.shutdown
@@ -135,8 +148,9 @@ def main(argv=None):
     import torch.nn.functional as F
     p = C.arg_parser(__doc__)
     p.add_argument("cand", choices=["single", "pyhvd-none", "pyhvd-fp16", "pyhvd-bf16", "pyhvd-powersgd",
-                                    "ddp-none", "ddp-fp16", "ddp-powersgd", "hvd-none", "hvd-fp16"])
+                                    "pyhvd-hier", "ddp-none", "ddp-fp16", "ddp-powersgd", "hvd-none", "hvd-fp16"])
     p.add_argument("mode", choices=["throughput", "accuracy", "allreduce"])
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=12)
     p.add_argument("--eval-every", type=int, default=30)
@@ -144,10 +158,10 @@ def main(argv=None):
     cand, mode, steps, warmup, eval_every = args.cand, args.mode, args.steps, args.warmup, args.eval_every
     torch.set_num_threads(1)
     torch.manual_seed(1234)
-    model = build_mlp()
+    model = build_model(args.model)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     model, opt, rank, size, done = setup(cand, model, opt)
-    x_train, y_train = load("train")
+    x_train, y_train = load("train", args.model)
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(7))
     per_step = BATCH * size
 
@@ -177,7 +191,7 @@ def main(argv=None):
         C.emit({"cand": cand, "rank": rank, "size": size, "step_times": times, "batch": BATCH})
         done()
         return
-    x_test, y_test = load("test")
+    x_test, y_test = load("test", args.model)
     x_test, y_test = x_test[:TEST_IMAGES], y_test[:TEST_IMAGES]
     curve, train_s = [], 0.0
     for i in range(steps):

@@ -35,8 +35,8 @@ def test_docs_build_without_warnings(built_docs):
     proc, out = built_docs
     assert proc.returncode == 0 and not proc.stderr.strip(), (
         f"sphinx -W failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    for page in ("index", "quickstart", "launching", "pytorch", "scaling", "environment", "differences",
-                 "elastic", "ray", "architecture", "api/pyhorovod", "api/torch"):
+    for page in ("index", "quickstart", "launching", "pytorch", "scaling", "slow_networks", "environment",
+                 "differences", "elastic", "ray", "architecture", "api/pyhorovod", "api/torch"):
         assert (out / f"{page}.html").is_file(), page
 
 

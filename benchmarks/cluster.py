@@ -153,7 +153,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20, help="timed steps per throughput run")
     p.add_argument("--warmup", type=int, default=12, help="untimed steps first (past PowerSGD's start_iter=10)")
     p.add_argument("--probe-rounds", type=int, default=3,
-                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none, hvd-none where built) at the "
+                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none, hvd-none where built, pyhvd-hier "
+                        "when a candidate) at the "
                         "first link speed")
     p.add_argument("--accuracy-steps", type=int, default=300, help="step budget of the accuracy runs (0: none)")
     p.add_argument("--eval-every", type=int, default=30)
@@ -192,7 +193,8 @@ def main(argv=None):
         for host in net.hosts:
             host.shape("hv0", rate_mbit=links[0])
         for rnd in range(args.probe_rounds):
-            for cand in ("pyhvd-none", "ddp-none") + (("hvd-none",) if args.hvd_python else ()):
+            probed = ("pyhvd-none", "ddp-none") + (("hvd-none",) if args.hvd_python else ())
+            for cand in probed + (("pyhvd-hier",) if "pyhvd-hier" in cands else ()):
                 recs = launch(cand, net, args, "allreduce", 5, 2)
                 for kind in ("flat", "tensors"):
                     probe.setdefault(f"{cand} {kind}", []).append(max(C.median(r[kind]) for r in recs))

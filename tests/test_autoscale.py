@@ -198,7 +198,8 @@ def test_resize_warmup_ramps_after_a_grow_and_drops_at_once_after_a_shrink():
 def test_trace_csv_png_and_worker_seconds(tmp_path):
     t = AutoscaleTrace(str(tmp_path / "run"))
     base = dict(global_batch=64, b_simple=100.0, measured_goodput=500.0, predicted_goodput=480.0,
-                best_predicted_goodput=900.0, best_np=2, target_np=None, reason="x")
+                best_predicted_goodput=900.0, best_np=2, target_np=None, remaining_s=None, resize_pause_s=10.0,
+                reason="x")
     t.record(step=50, time_s=10.0, workers=1, **base)
     t.record(step=100, time_s=20.0, workers=1, **dict(base, target_np=2))
     t.record(step=150, time_s=26.0, workers=2, **dict(base, global_batch=128))

@@ -15,6 +15,11 @@ ranks go, and the workers re-form at their next reset. The first `settle` steps 
 are not measured (re-initialisation and the LR warmup make them slow). A CSV/PNG trace
 (scaling/autoscale_trace.py) is written when a trace path is set.
 
+Resize cost (scaling/autoscale.py): a script that knows how long it has left passes
+`step(remaining_s=...)` (say, steps left x the last step time); a move is then made only when it saves
+more than a resize's pause. The pause is measured here, from the step that asked for a size to the first
+step at a new size; without remaining_s the rule is skipped.
+
 After a resize the training script builds its DistributedOptimizer for the new size and calls
 `rebind(new_optimizer)`: the new estimator takes over the old EMAs (they do not depend on the batch).
 """
@@ -37,6 +42,12 @@ ENV_TRACE = "PYHOROVOD_AUTOSCALE_TRACE"       # path prefix of the CSV/PNG trace
 
 NEEDS_NOISE_SCALE = ("autoscaling needs the live noise scale: build the optimizer with "
                      "DistributedOptimizer(..., measure_noise_scale=True, batch_size=<local batch>)")
+
+
+class NoNoiseScaleError(ValueError):
+    """The job autoscales but its optimizer does not measure the noise scale. A class of its own so that
+    a launcher that runs workers in-process (the Ray executor) can tell this mistake from a failure and
+    raise it to the user at once instead of retrying the worker on other hosts."""
 
 
 def parse_hosts(text: str) -> list:
@@ -85,7 +96,7 @@ class Autoscaler:
         if estimator is None and optimizer is not None:
             estimator = getattr(optimizer, "noise_scale_estimator", None)
         if estimator is None:
-            raise ValueError(NEEDS_NOISE_SCALE)
+            raise NoNoiseScaleError(NEEDS_NOISE_SCALE)
         self.estimator = estimator
         self.min_np = min_np if min_np is not None else _int_env(env, ENV_MIN)
         self.max_np = max_np if max_np is not None else _int_env(env, ENV_MAX)
@@ -117,6 +128,7 @@ class Autoscaler:
         self.steps = 0
         self.decisions = []
         self.requested: Optional[int] = None
+        self._asked_at: Optional[float] = None   # clock reading of the last request, until the size changes
         self._np = None
         self._since_resize = 0
         self._t0 = clock() if started_at is None else started_at   # the trace's time 0 (clock's units)
@@ -126,16 +138,21 @@ class Autoscaler:
         """After a resize: use the new optimizer's estimator, keeping the old EMAs and measurements."""
         new = getattr(optimizer, "noise_scale_estimator", None)
         if new is None:
-            raise ValueError(NEEDS_NOISE_SCALE)
+            raise NoNoiseScaleError(NEEDS_NOISE_SCALE)
         new.continue_from(self.estimator.state_dict())
         self.estimator = new
 
-    def step(self):
-        """After each optimizer step, on every rank. Returns the Decision of an evaluation on rank 0, else None."""
+    def step(self, remaining_s: Optional[float] = None):
+        """After each optimizer step, on every rank. remaining_s: the seconds of training left, when the
+        script knows them (the resize-cost rule; module doc). Returns the Decision of an evaluation on
+        rank 0, else None."""
         if self._rank() != 0:
             return None
         n, now = self._size(), self._clock()
         if n != self._np:
+            if self._np is not None and self._asked_at is not None:   # the first step after our resize
+                self.decider.observe_pause(now - self._asked_at)
+                self._asked_at = None
             self._np, self._since_resize, self._last_t = n, 0, None
         self.steps += 1
         self._since_resize += 1
@@ -148,20 +165,21 @@ class Autoscaler:
         self._last_t = now
         if self.steps % self.every:
             return None
-        return self.evaluate(n, now)
+        return self.evaluate(n, now, remaining_s)
 
-    def evaluate(self, n, now):
+    def evaluate(self, n, now, remaining_s=None):
         b_noise = self.estimator.b_simple()
-        d = self.decider.evaluate(n, b_noise, self.steps)
+        d = self.decider.evaluate(n, b_noise, self.steps, remaining_s)
         self.decisions.append(d)
         if d.target_np is not None and d.target_np != self.requested:
             self._request(d.target_np)
             self.requested = d.target_np
+            self._asked_at = now
         if self.trace is not None:
-            self.trace.record(**self._row(d, n, now))
+            self.trace.record(**self._row(d, n, now, remaining_s))
         return d
 
-    def _row(self, d, n, now):
+    def _row(self, d, n, now, remaining_s=None):
         b = self.local_batch
         bn = d.b_noise if d.b_noise == d.b_noise else None   # NaN: no estimate yet
 
@@ -177,7 +195,8 @@ class Autoscaler:
         return {"step": d.step, "time_s": round(now - self._t0, 3), "workers": n, "global_batch": n * b,
                 "b_simple": None if bn is None else round(bn, 2), "measured_goodput": measured,
                 "predicted_goodput": predicted, "best_predicted_goodput": best, "best_np": d.best_np,
-                "target_np": d.target_np, "reason": d.reason}
+                "target_np": d.target_np, "remaining_s": remaining_s,
+                "resize_pause_s": round(self.decider.pause_estimate()[0], 3), "reason": d.reason}
 
     def finish(self, target: str = "target"):
         """On rank 0 at the end (or when the target is reached): the trace's worker-seconds line and PNG.

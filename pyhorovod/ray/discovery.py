@@ -30,6 +30,7 @@ class RayHostDiscovery:
         self.gpus_per_slot = (gpus_per_slot or 1) if use_gpu else 0
         self.interval_s = interval_s
         self._node_of: Dict[str, str] = {}
+        self._cores_of: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._cached: Optional[Dict[str, int]] = None
         self._asked_at = 0.0
@@ -51,10 +52,19 @@ class RayHostDiscovery:
             if slots > 0:
                 hosts[names[node]] = slots
                 self._node_of[names[node]] = node
+                # Ray's CPU count of the node (at least 1: a GPU node may declare none)
+                self._cores_of[names[node]] = max(1, int(n.get("Resources", {}).get("CPU", 0)))
         return hosts
 
     def node_id(self, hostname: str) -> Optional[str]:
         return self._node_of.get(hostname)
+
+    def cores(self) -> Dict[str, int]:
+        """hostname -> CPU cores Ray gives the node, for the hosts current() has listed (the autoscaler's
+        oversubscription model)."""
+        self.current()
+        with self._lock:
+            return dict(self._cores_of)
 
     dynamic = True   # nodes come and go (runner/discovery.HostDiscovery's flag)
 

@@ -5,7 +5,8 @@ Horovod's two spellings:
     ElasticRayExecutor(ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=4), cpus_per_slot=1)
     RayExecutor(settings, min_workers=2, max_workers=4, cpus_per_worker=1)      # the executor's elastic mode
 then start(); run(train_fn) (train_fn as under `pyhorovod run` elastic: it calls init() at each reset and
-raises out of it when let go); shutdown().
+raises out of it when let go); shutdown(). With autoscale="goodput" (create_settings, or RayExecutor's
+keyword) rank 0 picks the worker count in [min, max] (ray/autoscale.py; `pyhorovod run --autoscale`).
 
 Each worker is one actor pinned to its node (NodeAffinitySchedulingStrategy, not soft): a node that leaves
 the cluster takes its workers with it, which the driver sees as their failure (it blacklists the host,
@@ -23,12 +24,14 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from pyhorovod.elastic.autoscaler import NoNoiseScaleError
 from pyhorovod.runner import elastic_driver
+from pyhorovod.runner.autoscale_option import AutoscaleSpec
 from pyhorovod.runner.hosts import SlotInfo
 from pyhorovod.runner.launch import LaunchOptions
 from pyhorovod.runner.ranks import RankProcess
 
-from . import settings as settings_mod
+from . import autoscale as autoscale_mod, settings as settings_mod
 from .discovery import RayHostDiscovery
 from .progress import CallbackRelay
 from .worker import RayWorker, Stopped
@@ -44,13 +47,17 @@ class ElasticSettings:
     timeout_s: float = 30.0
     nics: Optional[str] = None
     verbose: int = 0
+    autoscale: Optional[AutoscaleSpec] = None   # None: a plain elastic job (ray/autoscale.py)
 
 
 def create_settings(min_num_proc: int = 1, max_num_proc: Optional[int] = None, reset_limit: Optional[int] = None,
                     cooldown_range=None, elastic_timeout: float = 600, timeout_s: float = 30,
-                    ssh_identity_file=None, nics=None, verbose: int = 0, **_ignored) -> ElasticSettings:
+                    ssh_identity_file=None, nics=None, verbose: int = 0, autoscale: Optional[str] = None,
+                    autoscale_every: int = 50, autoscale_margin: float = 0.10, autoscale_trace: Optional[str] = None,
+                    autoscale_cores_per_host: Optional[int] = None, _names=None, **_ignored) -> ElasticSettings:
     """Horovod's ElasticRayExecutor.create_settings; ssh_identity_file (and Horovod's other ssh and
-    discovery keywords) are accepted and unused: Ray starts the workers and its nodes are the hosts."""
+    discovery keywords) are accepted and unused: Ray starts the workers and its nodes are the hosts.
+    autoscale="goodput" and the autoscale_* keywords: `pyhorovod run --autoscale goodput`'s flags (ray/autoscale.py)."""
     settings_mod.positive_count("min_num_proc", min_num_proc)
     if max_num_proc is not None:
         settings_mod.positive_count("max_num_proc", max_num_proc)
@@ -61,9 +68,11 @@ def create_settings(min_num_proc: int = 1, max_num_proc: Optional[int] = None, r
         raise ValueError(f"ElasticRayExecutor: reset_limit must be an int >= 0, got {reset_limit!r}")
     base = settings_mod.create_settings(timeout_s=timeout_s, nics=nics, verbose=verbose)
     settings_mod.amount("elastic_timeout", elastic_timeout)
+    auto = autoscale_mod.spec(autoscale, min_num_proc, max_num_proc, autoscale_every, autoscale_margin,
+                              autoscale_trace, autoscale_cores_per_host, _names)
     return ElasticSettings(min_num_proc, max_num_proc, reset_limit,
                            tuple(cooldown_range) if cooldown_range is not None else None, float(elastic_timeout),
-                           base.timeout_s, base.nics, base.verbose)
+                           base.timeout_s, base.nics, base.verbose, auto)
 
 
 class _Output:
@@ -90,6 +99,7 @@ class _ActorCall:
         self.pid = f"actor {actor._actor_id.hex()[:8]}"
         self.stdin = None
         self.result: Any = None
+        self.error: Optional[BaseException] = None   # what the worker function raised
         self.returned = False   # the worker function returned (not let go, not failed)
         self.why = ""
         self.killed = threading.Event()
@@ -105,7 +115,8 @@ class _ActorCall:
             code, self.why = -9, "died (its node left the cluster, or it was killed)"
             self.output.text = str(e)
         except RayTaskError as e:
-            code, self.why = 1, f"raised {type(getattr(e, 'cause', e)).__name__}"
+            self.error = getattr(e, "cause", None)
+            code, self.why = 1, f"raised {type(self.error or e).__name__}"
             self.output.text = str(e)
         except Exception as e:  # noqa: BLE001 -- the call's result is lost (its node went): as a killed process
             code, self.why = -9, f"was lost ({type(e).__name__})"
@@ -135,6 +146,10 @@ class ActorProcess(RankProcess):
     def returned(self) -> bool:
         return self.call.returned
 
+    @property
+    def error(self) -> Optional[BaseException]:
+        return self.call.error
+
     def signal(self, sig: int) -> None:
         if self.running:
             self.stopped_by_launcher = True
@@ -152,6 +167,16 @@ class _RayDriver(elastic_driver.ElasticDriver):
         super().__init__(opts)
         self._discovery, self._fn, self._resources, self._queue = discovery, fn, resources, queue
         self.failure: Optional[str] = None
+        self.user_error: Optional[NoNoiseScaleError] = None
+
+    def _reap(self) -> None:
+        super()._reap()
+        # An autoscaled job whose optimizer does not measure the noise scale fails the same way on every
+        # host: end the job now and raise the worker's error to the user (ElasticRayExecutor.run).
+        for w in self.workers:
+            if w.reaped and isinstance(w.proc.error, NoNoiseScaleError):
+                self.user_error = w.proc.error
+                raise elastic_driver._Fatal(f"{w.where()} raised {w.proc.error}")
 
     def _loop(self) -> int:
         try:
@@ -213,14 +238,17 @@ class ElasticRayExecutor:
         s = self.settings
         slots = sum(self.discovery.current().values())
         max_np = s.max_num_proc or max(slots, s.min_num_proc)
-        np = max(s.min_num_proc, min(max_np, slots))
-        env = dict(self._env, PYHOROVOD_CONNECT_TIMEOUT_SECONDS=f"{s.timeout_s:g}")
+        # an autoscaled job starts small: growing is its autoscaler's decision
+        np = s.min_num_proc if s.autoscale else max(s.min_num_proc, min(max_np, slots))
+        env = dict(autoscale_mod.worker_env(s.autoscale, self.discovery), **self._env)   # env_vars win
+        env["PYHOROVOD_CONNECT_TIMEOUT_SECONDS"] = f"{s.timeout_s:g}"
         if s.nics:
             env["PYHOROVOD_IFACE"] = s.nics
         launch = LaunchOptions(command=["<Ray actor>"], slots=[], local_hosts=[],
                                bind_host=ray.util.get_node_ip_address(), env=env, verbose=bool(s.verbose))
         opts = elastic_driver.ElasticOptions(launch, self.discovery, np, s.min_num_proc, max_np,
-                                             s.elastic_timeout, s.reset_limit, s.cooldown_range)
+                                             s.elastic_timeout, s.reset_limit, s.cooldown_range,
+                                             autoscaled=s.autoscale is not None)
         queue = self._relay.open(callbacks)
         self.driver = _RayDriver(opts, self.discovery, worker_fn, self._resources, queue)
         done = threading.Event()
@@ -232,6 +260,8 @@ class ElasticRayExecutor:
             done.set()
             relay.join(10.0)
         self._relay.drain()
+        if self.driver.user_error is not None:
+            raise NoNoiseScaleError(f"ElasticRayExecutor.run: {self.driver.user_error}")
         if code != 0:
             raise RuntimeError(f"ElasticRayExecutor.run: the job failed: {self.driver.failure or f'status {code}'}")
         finished = [w for w in self.driver.workers if w.proc.returned]
@@ -253,12 +283,14 @@ class ElasticRayExecutor:
 
 
 def from_executor_arguments(settings, min_workers, max_workers, reset_limit, cooldown_range, elastic_timeout,
-                            override_discovery, cpus_per_worker, use_gpu, gpus_per_worker) -> ElasticRayExecutor:
-    """RayExecutor(settings, min_workers=..., ...)'s elastic executor (Horovod 0.28's spelling)."""
+                            override_discovery, cpus_per_worker, use_gpu, gpus_per_worker,
+                            autoscale_kwargs=None) -> ElasticRayExecutor:
+    """RayExecutor(settings, min_workers=..., ...)'s elastic executor (Horovod 0.28's spelling);
+    autoscale_kwargs: its autoscale=... keywords (create_settings's names)."""
     timeout_s = getattr(settings, "timeout_s", 30.0)
     nics = getattr(settings, "nics", None)
     es = create_settings(min_num_proc=min_workers, max_num_proc=max_workers, reset_limit=reset_limit,
                          cooldown_range=cooldown_range, elastic_timeout=elastic_timeout, timeout_s=timeout_s,
-                         nics=nics)
+                         nics=nics, _names=autoscale_mod.EXECUTOR_NAMES, **(autoscale_kwargs or {}))
     return ElasticRayExecutor(es, use_gpu=use_gpu, cpus_per_slot=cpus_per_worker, gpus_per_slot=gpus_per_worker,
                               override_discovery=override_discovery)

@@ -31,7 +31,9 @@ _POLL_S = 0.1   # how often run() looks at the results and the progress queue
 
 class RayExecutor:
     """See the module docstring. num_workers (spread over the nodes as Ray sees fit) or num_hosts x
-    num_workers_per_host (that many workers on each of num_hosts different nodes), never both."""
+    num_workers_per_host (that many workers on each of num_hosts different nodes), never both; or, for an
+    elastic job, min_workers and max_workers, with autoscale="goodput" and the autoscale_* keywords for a
+    job that picks its own size (ray/autoscale.py)."""
 
     create_settings = staticmethod(settings_mod.create_settings)
 
@@ -40,18 +42,25 @@ class RayExecutor:
                  use_gpu: bool = False, gpus_per_worker: Optional[float] = None,
                  use_current_placement_group: bool = True, min_workers: Optional[int] = None,
                  max_workers: Optional[int] = None, reset_limit: Optional[int] = None, cooldown_range=None,
-                 elastic_timeout: float = 600, override_discovery: bool = True):
+                 elastic_timeout: float = 600, override_discovery: bool = True, autoscale: Optional[str] = None,
+                 autoscale_every: int = 50, autoscale_margin: float = 0.10, autoscale_trace: Optional[str] = None,
+                 autoscale_cores_per_host: Optional[int] = None):
         self._elastic = None
         if min_workers is not None or max_workers is not None:
             if num_workers is not None or num_hosts is not None:
                 raise ValueError("RayExecutor: min_workers/max_workers (an elastic job) exclude num_workers "
                                  "and num_hosts")
+            auto = {"autoscale": autoscale, "autoscale_every": autoscale_every, "autoscale_margin": autoscale_margin,
+                    "autoscale_trace": autoscale_trace, "autoscale_cores_per_host": autoscale_cores_per_host}
             from .elastic import from_executor_arguments
             self.settings = settings or settings_mod.create_settings()
             self._elastic = from_executor_arguments(self.settings, min_workers or 1, max_workers, reset_limit,
                                                     cooldown_range, elastic_timeout, override_discovery,
-                                                    cpus_per_worker, use_gpu, gpus_per_worker)
+                                                    cpus_per_worker, use_gpu, gpus_per_worker, auto)
             return
+        if autoscale is not None:
+            raise ValueError("RayExecutor: autoscale needs an elastic job (min_workers and max_workers, the "
+                             "range the job may move in), not num_workers/num_hosts")
         if num_workers is not None and num_hosts is not None:
             raise ValueError("RayExecutor: give num_workers or num_hosts (with num_workers_per_host), not both")
         if num_workers is None and num_hosts is None:

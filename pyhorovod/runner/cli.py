@@ -194,8 +194,10 @@ def run_command(argv: Optional[List[str]], prog: str = "pyhorovod run",
         parser.error("missing the command each rank runs (e.g. python train.py)")
     if elastic_flags.wanted(args):
         return _run_elastic(args, command, extra_env)
-    if args.autoscale is not None:
-        output.emit("error: --autoscale goodput needs --min-np and --max-np (the range the job may move in)")
+    try:
+        autoscale_option.check(args)   # --autoscale without the elastic range it moves in
+    except ValueError as e:
+        output.emit(f"error: {e}")
         return 2
     try:
         if args.hostfile:

@@ -24,14 +24,30 @@ first measurements at a new count are few and noisy. So after each resize the co
 evaluations (default 3), and going back to the count the job has just left needs twice the margin: a
 job whose two counts predict goodputs within the noise of the measurements settles instead of
 oscillating between them.
+
+Resize cost. A confirmed move is made only when it pays for its pause: with R seconds of training left
+at the current count (the caller's `remaining_s`), a count of relative goodput g > 1 finishes the same
+work in R/g, saving R (1 - 1/g) seconds; the move is made when that saving exceeds P, the pause of a
+resize. P is measured from the job's own resizes (`observe_pause`: from the decision to the first step
+at the new size; the median of those so far), and before the first one is DEFAULT_RESIZE_PAUSE_S. The
+measured P is an upper bound of the cost: the running workers keep training through most of it (the
+newcomers' start-up). When the remaining time is unknown (remaining_s None: a job without a step or time
+budget it tells the autoscaler) the rule cannot be evaluated and is skipped: the margin and the
+confirmations alone decide, as before the rule.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .advisor import efficiency
 from .throughput import ThroughputModel
+
+# The pause of a resize before the job has made one: the elastic benchmark's host added to the new
+# worker's first step, 8.9 s median (benchmarks/RESULTS.md, elastic section: a new worker's imports of torch
+# and pyhorovod dominate), rounded up.
+DEFAULT_RESIZE_PAUSE_S = 10.0
 
 
 @dataclass
@@ -47,6 +63,8 @@ class Decision:
     target_np: Optional[int]
     goodput: Dict[int, float] = field(default_factory=dict)
     reason: str = ""
+    remaining_s: Optional[float] = None   # the resize-cost rule's inputs (None: remaining time unknown)
+    pause_s: Optional[float] = None
 
 
 class GoodputAutoscaler:
@@ -54,15 +72,19 @@ class GoodputAutoscaler:
 
     model: the ThroughputModel of the job; min_np, max_np: the bounds of the count; margin, patience:
     the hysteresis. evaluate() is called every N steps (the caller's choice) with the current count and
-    the live B_simple.
+    the live B_simple. resize_pause_s: the pause assumed before observe_pause() has measured one.
     """
 
     def __init__(self, model: ThroughputModel, min_np: int, max_np: int, margin: float = 0.10,
-                 patience: int = 2, dwell: int = 3):
+                 patience: int = 2, dwell: int = 3, resize_pause_s: float = DEFAULT_RESIZE_PAUSE_S):
         if not 1 <= min_np <= max_np:
             raise ValueError(f"need 1 <= min_np <= max_np, got min_np={min_np}, max_np={max_np}")
         if margin < 0 or patience < 1 or dwell < 0:
             raise ValueError(f"need margin >= 0, patience >= 1 and dwell >= 0, got {margin}, {patience}, {dwell}")
+        if not resize_pause_s >= 0:
+            raise ValueError(f"resize_pause_s must be >= 0 seconds, got {resize_pause_s}")
+        self.default_pause_s = float(resize_pause_s)
+        self.pauses: List[float] = []         # measured pauses of this job's resizes (observe_pause)
         self.model = model
         self.min_np, self.max_np = int(min_np), int(max_np)
         self.margin, self.patience, self.dwell = float(margin), int(patience), int(dwell)
@@ -71,6 +93,18 @@ class GoodputAutoscaler:
         self._last_np: Optional[int] = None
         self._left_np: Optional[int] = None   # the count before the last resize
         self._held = 0                        # evaluations since the last resize
+
+    def observe_pause(self, seconds: float) -> None:
+        """One resize's pause: seconds from the decision to the first step at the new size."""
+        if not seconds >= 0:
+            raise ValueError(f"a resize's pause must be >= 0 seconds, got {seconds}")
+        self.pauses.append(float(seconds))
+
+    def pause_estimate(self) -> Tuple[float, str]:
+        """(P, where it comes from): the median measured pause, else the default."""
+        if self.pauses:
+            return statistics.median(self.pauses), f"median of {len(self.pauses)} measured"
+        return self.default_pause_s, "default"
 
     def candidates(self) -> List[int]:
         """Counts in [min_np, max_np] that the hosts can give."""
@@ -84,7 +118,12 @@ class GoodputAutoscaler:
         b = self.model.local_batch
         return tp * efficiency(current_np * b, n * b, b_noise)
 
-    def evaluate(self, current_np: int, b_noise: Optional[float], step: int = 0) -> Decision:
+    def evaluate(self, current_np: int, b_noise: Optional[float], step: int = 0,
+                 remaining_s: Optional[float] = None) -> Decision:
+        """remaining_s: seconds of training left at the current count, for the resize-cost rule (module
+        doc); None when unknown (the rule is skipped)."""
+        if remaining_s is not None and not remaining_s >= 0:
+            raise ValueError(f"remaining_s must be >= 0 seconds or None, got {remaining_s}")
         if current_np != self._last_np:          # a resize (or the first call): confirmations start over
             first = self._last_np is None
             self._left_np = self._last_np
@@ -109,15 +148,28 @@ class GoodputAutoscaler:
             why = "current count is best" if best == current_np else \
                 f"{best} workers gain {gain - 1:+.1%}, within the {margin:.0%} margin"
             return Decision(step, current_np, b_noise, best, gain, None, table, why)
+        pause, source = self.pause_estimate()
+        cost = ""   # the rule's inputs, for the reason (the trace's and the log's line)
+        if remaining_s is not None:
+            saving = remaining_s * (1.0 - 1.0 / gain)
+            cost = (f"; saves {saving:.1f} s of {remaining_s:.1f} s left against a resize pause of {pause:.1f} s "
+                    f"({source})")
+            if saving <= pause:
+                self._pending, self._wins = None, 0
+                return Decision(step, current_np, b_noise, best, gain, None, table,
+                                f"{best} workers gain {gain - 1:+.1%} but do not pay for the resize{cost}",
+                                remaining_s, pause)
         self._wins = self._wins + 1 if self._pending == best else 1
         self._pending = best
         if self._wins < self.patience:
             return Decision(step, current_np, b_noise, best, gain, None, table,
-                            f"{best} workers gain {gain - 1:+.1%}: {self._wins} of {self.patience} confirmations")
+                            f"{best} workers gain {gain - 1:+.1%}: {self._wins} of {self.patience} confirmations"
+                            f"{cost}", remaining_s, pause)
         self._pending, self._wins = None, 0
         verb = "grow" if best > current_np else "shrink"
         return Decision(step, current_np, b_noise, best, gain, best, table,
-                        f"{verb} to {best} workers: {gain - 1:+.1%} goodput, confirmed {self.patience} times")
+                        f"{verb} to {best} workers: {gain - 1:+.1%} goodput, confirmed {self.patience} times{cost}",
+                        remaining_s, pause)
 
     def _hold(self, step, current_np, b_noise, why):
         return Decision(step, current_np, b_noise if b_noise is not None else float("nan"), current_np, 1.0,

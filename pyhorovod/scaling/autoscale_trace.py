@@ -2,7 +2,8 @@
 
 Columns: step, seconds since the start, workers, global batch, B_simple, measured goodput (the current
 count's measured throughput x the efficiency of its batch), predicted goodput of the current count and
-of the best candidate, the count asked for ("" when none), and the decision's reason. Goodput here is
+of the best candidate, the count asked for ("" when none), the resize-cost rule's inputs (the seconds
+left, "" when the script does not say, and the pause of a resize it assumes), and the decision's reason. Goodput here is
 relative to one worker's batch b, throughput x (B_noise + b)/(B_noise + B), so that values from
 different counts and times lie on one axis. Worker-seconds add workers x seconds from the start (time 0)
 through every row; the final line, "# worker-seconds to target: W over T s", is written by `finish`.
@@ -14,7 +15,8 @@ import os
 from typing import List, Optional
 
 COLUMNS = ("step", "time_s", "workers", "global_batch", "b_simple", "measured_goodput",
-           "predicted_goodput", "best_predicted_goodput", "best_np", "target_np", "reason")
+           "predicted_goodput", "best_predicted_goodput", "best_np", "target_np", "remaining_s",
+           "resize_pause_s", "reason")
 
 
 class AutoscaleTrace:

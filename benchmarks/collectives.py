@@ -12,6 +12,7 @@ allreduce, (n-1)/n for allgather, alltoall and reducescatter, 1 for broadcast.
 Candidates (the ones that cannot run here are listed as skipped, with the reason):
   core      pyhorovod._core.Communicator (raw core: no engine), default transports (shared memory on)
   core-tcp  the same with shared memory off (TCP over loopback only)
+  core-2copy  the same as core with single-copy reads off (PYHOROVOD_SHM_DIRECT_BYTES=0: two copies per hop)
   api       pyhorovod's public API (pyhorovod.allreduce_ etc.: engine, negotiation, fusion)
   api-tcp   the same with PYHOROVOD_SHM=0
   torch     pyhorovod.torch (allreduce_, allgather, broadcast_, alltoall, reducescatter on CPU tensors)
@@ -43,8 +44,8 @@ import plotting as P  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "collectives_worker.py")
-ALL = ["core", "core-tcp", "api", "api-tcp", "torch", "mpi", "mpi-tcp", "gloo", "hvd-mpi", "hvd-gloo"]
-OURS = ("core", "core-tcp", "api", "api-tcp", "torch")
+ALL = ["core", "core-tcp", "core-2copy", "api", "api-tcp", "torch", "mpi", "mpi-tcp", "gloo", "hvd-mpi", "hvd-gloo"]
+OURS = ("core", "core-tcp", "core-2copy", "api", "api-tcp", "torch")
 OPS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 # --quick: the public APIs against the peers at a few sizes (small, middle, large), two interleaved rounds
 QUICK = {"candidates": "api,torch,mpi,mpi-tcp,gloo", "sizes": "4,64K,16M", "rounds": 2, "reps": 2,
@@ -97,7 +98,8 @@ def launch(cand, n, sizes, args, hvd_python, tag):
              "--warmup", str(args.warmup), "--iter-bytes", str(args.iter_bytes),
              "--min-iters", str(args.min_iters), "--max-iters", str(args.max_iters), "--budget-s", str(args.budget_s),
              "--tag", tag]
-    env = C.python_env({"PYHOROVOD_SHM": "0"} if cand == "api-tcp" else None)
+    env = C.python_env({"PYHOROVOD_SHM": "0"} if cand == "api-tcp" else
+                       {"PYHOROVOD_SHM_DIRECT_BYTES": "0"} if cand == "core-2copy" else None)
     if cand in ("mpi", "mpi-tcp", "hvd-mpi"):
         py = hvd_python if cand == "hvd-mpi" else sys.executable
         argv = C.mpirun_prefix(n, tcp_only=(cand == "mpi-tcp")) + [py, WORKER, cand] + wargs

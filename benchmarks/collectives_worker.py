@@ -53,6 +53,8 @@ class CoreBackend:
         o.rank, o.size, o.local_rank, o.local_size = self.rank, self.size, self.rank, self.size
         o.store_host, o.store_port, o.secret = "127.0.0.1", port, secret
         o.bind_host, o.store_prefix, o.connect_timeout_s, o.shm_enable = "127.0.0.1", "bench", 60.0, shm
+        if os.environ.get("PYHOROVOD_SHM_DIRECT_BYTES") and hasattr(o, "shm_direct_bytes"):
+            o.shm_direct_bytes = int(os.environ["PYHOROVOD_SHM_DIRECT_BYTES"])  # core-2copy: 0
         self.comm = _core.Communicator(o)
 
     def tensor(self, a):
@@ -256,8 +258,8 @@ class TorchApiBackend(HorovodBackend):
 
 
 def make_backend(name):
-    if name in ("core", "core-tcp"):
-        return CoreBackend(shm=(name == "core"))
+    if name in ("core", "core-tcp", "core-2copy"):
+        return CoreBackend(shm=(name != "core-tcp"))
     if name in ("api", "api-tcp"):
         return ApiBackend()
     if name == "torch":

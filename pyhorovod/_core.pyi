@@ -60,12 +60,15 @@ class ConnectOptions:
     shm_spin_yield: int    # shared memory: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
     shm_ring_bytes: int    # shared memory: ring size per direction (0: 1 MiB)
     shm_zero_copy: bool    # shared memory: reduce straight from the ring (False: copy out first)
+    shm_direct_bytes: int  # shared memory: single-copy reads (process_vm_readv) from this size up (0: off)
+    shm_direct_refuse_probe: bool  # test hook: the single-copy probe reports refused (fallback)
 
 class Communicator:
     """Collectives on the calling thread, no engine: the raw core (tests of algorithms, benchmarks).
     Buffers: C-contiguous writable buffer-protocol objects (numpy arrays). dtype: a DataType code."""
     def __init__(self, options: ConnectOptions) -> None: ...          # collective
     rank: int; size: int
+    direct_bytes: int  # the agreed single-copy threshold (0: off, e.g. refused by the probe)
     def allreduce(self, buf: Any, dtype: int, op: int, timeout_s: float, algorithm: str = "auto") -> None: ...
     # algorithm: "auto" | "ring" | "small"; in place; op SUM/MIN/MAX/PRODUCT, ADASUM ("auto" only)
     def allgatherv(self, send: Any, recv: Any, bytes_per_rank: Sequence[int], timeout_s: float) -> None: ...

@@ -148,6 +148,14 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("PYHOROVOD_SHM_SPIN_YIELD", "int", -1, "shared memory: yield the CPU while polling (1), or not (0); "
          "-1: automatic", minimum=-1, allowed=(-1, 0, 1), field="shm_spin_yield",
          option="connect.shm_spin_yield", newer_core=True),
+    Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", 4 << 20, "shared memory: copies of at least this many bytes (a "
+         "rank's block in allgather, alltoall and reducescatter, the buffer in broadcast) read the peer's buffer "
+         "in place with one process_vm_readv instead of two copies through the ring; 0: off. Used only where "
+         "every pair of ranks can (probed at start; refused by ptrace restrictions, seccomp, pid namespaces)",
+         minimum=0, field="shm_direct_bytes", option="connect.shm_direct_bytes", newer_core=True),
+    Knob("PYHOROVOD_SHM_DIRECT_REFUSE", "bool", False, "test hook: the single-copy probe reports refused, so "
+         "every rank keeps the two-copy path", field="shm_direct_refuse_probe",
+         option="connect.shm_direct_refuse_probe", newer_core=True),
     Knob("PYHOROVOD_HOSTNAME", "str", None, "host name used to group ranks by host", alias="HOROVOD_HOSTNAME",
          field="hostname", option="engine.host_name", newer_core=True, shown="gethostname()"),
     Knob("PYHOROVOD_GPU_PATH", "choice", "auto", "CUDA collectives: `nccl`, `staged` (device -> pinned host -> "

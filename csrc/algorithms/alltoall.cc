@@ -3,10 +3,16 @@
 // exactly once, and at each step every rank sends one block and receives one block, so no rank is a hot
 // spot. Zero-length blocks are still exchanged: the transport's length check then catches callers that
 // disagree on the splits. My own block is a local copy.
+//
+// Single copies (direct_copy.h): a block of at least Transport::direct_bytes() -- a size both its sender
+// and its receiver know -- travels as its 16-byte address instead, and the receiver reads it straight from
+// the sender's input after the exchange; then every reader tells its sender it is done, and a sender waits
+// for that before returning (its input must stay as it was while read).
 #include <cstring>
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/direct_copy.h"
 #include "common/error.h"
 
 namespace phv {
@@ -28,16 +34,40 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
   const auto ur = static_cast<size_t>(r);
   PHV_CHECK_ARG(send_bytes[ur] == recv_bytes[ur], "alltoall: rank ", r, " sends ", send_bytes[ur],
                 " bytes to itself but expects ", recv_bytes[ur]);
+  std::vector<char> copy;  // peers read our input while we write our output: publish a copy if they overlap
+  bool any_direct = false;
+  for (int i = 0; i < p; ++i)
+    any_direct = any_direct || (i != r && use_direct(comm, send_bytes[static_cast<size_t>(i)]));
+  if (any_direct && ranges_overlap(send, soff.back(), recv, roff.back())) {
+    copy.assign(s, s + soff.back());
+    s = copy.data();
+  }
   if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
 
   Transport* tr = comm.transport;
+  DirectExchange x(comm, "alltoall", deadline);
+  std::vector<int> readers, sources;  // set ranks that read from us / that we read from
   for (int step = 1; step < p; ++step) {
     const auto to = static_cast<size_t>((r + step) % p);
     const auto from = static_cast<size_t>((r - step + p) % p);
-    RequestId rid = tr->post_recv(comm.global(static_cast<int>(from)), d + roff[from], recv_bytes[from]);
-    RequestId sid = tr->post_send(comm.global(static_cast<int>(to)), s + soff[to], send_bytes[to]);
-    tr->wait_all({rid, sid}, deadline);
+    if (use_direct(comm, recv_bytes[from])) {
+      x.post_expect(static_cast<int>(from));
+      sources.push_back(static_cast<int>(from));
+    } else {
+      x.wait_for(tr->post_recv(comm.global(static_cast<int>(from)), d + roff[from], recv_bytes[from]));
+    }
+    if (use_direct(comm, send_bytes[to])) {
+      x.post_publish(static_cast<int>(to), s + soff[to], send_bytes[to]);
+      readers.push_back(static_cast<int>(to));
+    } else {
+      x.wait_for(tr->post_send(comm.global(static_cast<int>(to)), s + soff[to], send_bytes[to]));
+    }
+    x.wait();
   }
+  for (int from : sources) x.read(from, d + roff[static_cast<size_t>(from)], recv_bytes[static_cast<size_t>(from)]);
+  for (int from : sources) x.post_done(from);
+  for (int to : readers) x.post_wait_done(to);
+  x.wait();
 }
 
 }  // namespace phv

@@ -6,11 +6,13 @@
 //    segment k as soon as it has arrived, with up to max_segments_in_flight segments posted each way.
 //    Time ~ (p - 2 + number of segments) segment times: the bandwidth term does not grow with p.
 // Every rank receives straight into buf: no copies besides the transport's.
+//  - at least Transport::direct_bytes(): every rank reads the root's buffer in place (direct_copy.h).
 #include <algorithm>
 #include <unordered_map>
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/direct_copy.h"
 #include "algorithms/ring_schedule.h"
 #include "common/error.h"
 
@@ -86,7 +88,9 @@ void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning
   const int p = comm.size();
   PHV_CHECK_ARG(root >= 0 && root < p, "broadcast: root rank ", root, " out of range [0, ", p, ")");
   if (p <= 1 || bytes == 0) return;
-  if (bytes < small_message_threshold(tuning, p) || p == 2) {
+  if (use_direct(comm, bytes)) {
+    direct_broadcast(comm, buf, bytes, root, deadline);
+  } else if (bytes < small_message_threshold(tuning, p) || p == 2) {
     binomial(comm, static_cast<char*>(buf), bytes, root, deadline);
   } else {
     chain(comm, static_cast<char*>(buf), bytes, root, tuning, deadline);

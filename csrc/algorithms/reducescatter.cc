@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/direct_copy.h"
 #include "algorithms/ring_pipeline.h"
 #include "common/error.h"
 
@@ -31,6 +32,8 @@ void reducescatter(const Comm& comm, const void* input, void* output, const std:
     return;
   }
   if (total == 0) return;
+  if (use_direct(comm, total * esize / static_cast<size_t>(p)))
+    return direct_reducescatter(comm, input, output, counts, dt, op, deadline);
   std::vector<char> work(static_cast<const char*>(input), static_cast<const char*>(input) + total * esize);
   run_ring(comm, work.data(), blocks, dt, op, RingKind::REDUCE_SCATTER, tuning, deadline);
   if (mine.count > 0) std::memcpy(output, work.data() + mine.offset * esize, mine.count * esize);

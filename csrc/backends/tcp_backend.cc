@@ -37,6 +37,8 @@ TcpBackend::TcpBackend(const ConnectOptions& options) : options_(options) {
   mesh.shm_yield = options.shm_spin_yield;
   mesh.shm_ring_bytes = options.shm_ring_bytes;
   mesh.shm_in_place = options.shm_zero_copy;
+  mesh.shm_direct_bytes = options.shm_direct_bytes;
+  mesh.shm_direct_refuse_probe = options.shm_direct_refuse_probe;
   transport_ = std::make_unique<TcpTransport>(*store_, mesh);
   world_.transport = transport_.get();
   world_.members.resize(options.size);

@@ -229,6 +229,8 @@ void register_options(py::module_& m) {
       .def_readwrite("shm_spin_yield", &ConnectOptions::shm_spin_yield)
       .def_readwrite("shm_ring_bytes", &ConnectOptions::shm_ring_bytes)
       .def_readwrite("shm_zero_copy", &ConnectOptions::shm_zero_copy)
+      .def_readwrite("shm_direct_bytes", &ConnectOptions::shm_direct_bytes)
+      .def_readwrite("shm_direct_refuse_probe", &ConnectOptions::shm_direct_refuse_probe)
       .def_readwrite("tuning", &ConnectOptions::tuning);
 }
 

@@ -46,6 +46,14 @@ RequestId ExplainingTransport::post_recv_sink(int peer, size_t len, size_t grain
   }
 }
 
+void ExplainingTransport::read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) {
+  try {
+    inner_.read_direct(peer, addr, dst, len, op);
+  } catch (const HvdError& e) {
+    rethrow(e);
+  }
+}
+
 void ExplainingTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   try {
     inner_.progress(completed, deadline);

@@ -34,6 +34,9 @@ class ExplainingTransport : public Transport {
   bool recv_in_place(int peer) const override { return inner_.recv_in_place(peer); }
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   bool shared_memory_everywhere() const override { return inner_.shared_memory_everywhere(); }
+  // So must the single-copy reads, or the engine's large collectives would keep the two-copy rings.
+  size_t direct_bytes() const override { return inner_.direct_bytes(); }
+  void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return inner_.pending(); }
   std::string describe_peer(int peer) const override { return inner_.describe_peer(peer); }

@@ -31,6 +31,8 @@ struct MeshOptions {
   size_t shm_ring_bytes = 0;  // TcpTransport: ring size per direction of the links we create (0: default)
   bool shm_in_place = true;   // TcpTransport: offer zero-copy receives (recv_in_place) on shm links
   size_t shm_publish_bytes = 0;  // TcpTransport: publish/release granularity inside a message (0: default)
+  size_t shm_direct_bytes = 0;       // TcpTransport: single-copy reads from this size up (cross_memory.h; 0: off)
+  bool shm_direct_refuse_probe = false;  // TcpTransport, a test hook: the single-copy probe reports refused
   size_t recv_lowat_bytes = size_t(256) << 10;  // TcpTransport: SO_RCVLOWAT cap while sleeping (0: off)
 };
 

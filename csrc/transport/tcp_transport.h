@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "rendezvous/store.h"
+#include "transport/cross_memory.h"
 #include "transport/link.h"
 #include "transport/self_link.h"
 #include "transport/tcp_mesh.h"
@@ -46,6 +47,8 @@ class TcpTransport : public Transport, private LinkHost {
   bool recv_in_place(int peer) const override { return in_place_ && uses_shm(peer); }
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   bool shared_memory_everywhere() const override { return all_local_; }
+  size_t direct_bytes() const override { return direct_.direct_bytes; }
+  void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return pending_; }
   std::string describe_peer(int peer) const override;
@@ -82,6 +85,7 @@ class TcpTransport : public Transport, private LinkHost {
   long pause_ns_;   // spin(): spin with the pause instruction this long, then yield on every turn
   bool in_place_;
   bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled
+  CrossMemory direct_;      // setup_cross_memory(): the agreed single-copy threshold and the peers' pids
   std::vector<std::unique_ptr<Link>> links_;  // index: peer rank
   SelfLink* self_ = nullptr;                  // links_[rank_]
   std::vector<RequestId> done_;  // completed, not yet reported by progress()

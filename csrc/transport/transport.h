@@ -58,6 +58,14 @@ class Transport {
   // on (segment sizes, small-message thresholds) by it -- never by recv_in_place(), which is per link.
   virtual bool shared_memory_everywhere() const { return false; }
 
+  // Single-copy reads from a peer's memory (cross_memory.h). direct_bytes(): copies of at least this many
+  // bytes may read the peer's buffer in place, with the same answer on every rank; 0 (the default) where
+  // some pair of ranks cannot. read_direct() copies len bytes at `addr` in peer's address space (an address
+  // the peer published, and keeps valid until we tell it we are done) into dst; throws HvdError naming our
+  // rank, the peer and `op`.
+  virtual size_t direct_bytes() const { return 0; }
+  virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
+
   // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
   // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.
   virtual void progress(std::vector<RequestId>& completed, Deadline deadline) = 0;

@@ -1,0 +1,184 @@
+// Single-copy allgather, broadcast and reducescatter (direct_copy.h); alltoall mixes single copies into its
+// pairwise exchange block by block (alltoall.cc).
+//  - allgather: every rank publishes its block to every peer and reads every peer's block straight into
+//    its output, starting with its right neighbour (so the p readers of a round do not all read rank 0).
+//    (p-1)/p of the output is copied once per rank, where the ring copies it twice.
+//  - broadcast: the root publishes its buffer to every other rank, which reads all of it; the root waits
+//    for every reader. One copy per rank, all readers at once, where the chain copies twice per hop.
+//  - reducescatter: every rank publishes block q of its input to rank q; rank r builds block r in its
+//    output in rank order 0, 1, .., p-1 (the same order on every rank: the result does not depend on who
+//    reduces): rank 0's block read straight into the output, the others' read piece by piece into a
+//    cache-sized scratch and reduced from there; its own block reduced from its input without a copy.
+#include "algorithms/direct_copy.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/ring_schedule.h"
+#include "common/byte_codec.h"
+#include "common/error.h"
+#include "common/reduce.h"
+
+namespace phv {
+namespace {
+
+constexpr size_t kDescriptorBytes = 16;  // {address u64, length u64}, little-endian
+// reducescatter reads another rank's block in pieces of this size and reduces each while in cache.
+constexpr size_t kReducePieceBytes = size_t(1) << 20;
+
+}  // namespace
+
+bool use_direct(const Comm& comm, size_t bytes) {
+  const size_t t = comm.transport->direct_bytes();
+  return comm.size() > 1 && t > 0 && bytes >= t;
+}
+
+bool ranges_overlap(const void* a, size_t an, const void* b, size_t bn) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+DirectExchange::DirectExchange(const Comm& comm, const char* op, Deadline deadline)
+    : comm_(comm),
+      op_(op),
+      deadline_(deadline),
+      out_(kDescriptorBytes * static_cast<size_t>(comm.size())),
+      in_(kDescriptorBytes * static_cast<size_t>(comm.size())) {}
+
+void DirectExchange::post_publish(int to, const void* buf, size_t len) {
+  uint8_t* d = out_.data() + kDescriptorBytes * static_cast<size_t>(to);
+  store_le<uint64_t>(d, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(buf)));
+  store_le<uint64_t>(d + 8, len);
+  ids_.push_back(comm_.transport->post_send(comm_.global(to), d, kDescriptorBytes));
+}
+
+void DirectExchange::post_expect(int from) {
+  uint8_t* d = in_.data() + kDescriptorBytes * static_cast<size_t>(from);
+  ids_.push_back(comm_.transport->post_recv(comm_.global(from), d, kDescriptorBytes));
+}
+
+void DirectExchange::post_done(int to) { ids_.push_back(comm_.transport->post_send(comm_.global(to), nullptr, 0)); }
+
+void DirectExchange::post_wait_done(int from) {
+  ids_.push_back(comm_.transport->post_recv(comm_.global(from), nullptr, 0));
+}
+
+void DirectExchange::wait() {
+  comm_.transport->wait_all(ids_, deadline_);
+  ids_.clear();
+}
+
+void DirectExchange::read(int from, size_t want, size_t at, void* dst, size_t len) {
+  const uint8_t* d = in_.data() + kDescriptorBytes * static_cast<size_t>(from);
+  const Published p{load_le<uint64_t>(d), load_le<uint64_t>(d + 8)};
+  if (p.len != want || at + len > want)
+    throw_peer_error(ErrorKind::INTERNAL, comm_.global(from), "rank ", comm_.transport->rank(), ": ", op_, ": ",
+                     comm_.transport->describe_peer(comm_.global(from)), " published ", p.len, " bytes where ", want,
+                     " were expected (ranks disagree on the sizes)");
+  comm_.transport->read_direct(comm_.global(from), p.addr + at, dst, len, op_);
+}
+
+void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
+                       Deadline deadline) {
+  const int p = comm.size(), r = comm.rank();
+  std::vector<Range> blocks = chunks_from_counts(bytes_per_rank);
+  const Range& mine = blocks[static_cast<size_t>(r)];
+  char* out = static_cast<char*>(recv);
+  const size_t total = blocks.back().offset + blocks.back().count;
+  // Peers read `send` while we write the other blocks of recv: publish a copy if send lies inside them.
+  std::vector<char> copy;
+  if (send != out + mine.offset && ranges_overlap(send, mine.count, recv, total)) {
+    copy.assign(static_cast<const char*>(send), static_cast<const char*>(send) + mine.count);
+    send = copy.data();
+  }
+  DirectExchange x(comm, "allgather", deadline);
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    x.post_expect(q);
+    x.post_publish(q, send, mine.count);
+  }
+  x.wait();
+  if (mine.count > 0 && out + mine.offset != send) std::memmove(out + mine.offset, send, mine.count);
+  for (int s = 1; s < p; ++s) {
+    const int q = (r + s) % p;
+    const Range& b = blocks[static_cast<size_t>(q)];
+    x.read(q, out + b.offset, b.count);
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    x.post_wait_done(q);
+    x.post_done(q);
+  }
+  x.wait();
+}
+
+void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline) {
+  const int p = comm.size(), r = comm.rank();
+  DirectExchange x(comm, "broadcast", deadline);
+  if (r == root) {
+    for (int q = 0; q < p; ++q) {
+      if (q == r) continue;
+      x.post_publish(q, buf, bytes);
+      x.post_wait_done(q);
+    }
+    x.wait();
+    return;
+  }
+  x.post_expect(root);
+  x.wait();
+  x.read(root, buf, bytes);
+  x.post_done(root);
+  x.wait();
+}
+
+void direct_reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
+                          DataType dt, ReduceOp op, Deadline deadline) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t esize = dtype_size(dt);
+  std::vector<Range> blocks = chunks_from_counts(counts);
+  const size_t total = (blocks.back().offset + blocks.back().count) * esize;
+  const Range& mine = blocks[static_cast<size_t>(r)];
+  const size_t my_bytes = mine.count * esize;
+  // Peers read our input while we write our output: publish a copy if they overlap.
+  std::vector<char> copy;
+  const char* in = static_cast<const char*>(input);
+  if (ranges_overlap(input, total, output, my_bytes)) {
+    copy.assign(in, in + total);
+    in = copy.data();
+  }
+  DirectExchange x(comm, "reducescatter", deadline);
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    const Range& b = blocks[static_cast<size_t>(q)];
+    x.post_expect(q);
+    x.post_publish(q, in + b.offset * esize, b.count * esize);
+  }
+  x.wait();
+  char* out = static_cast<char*>(output);
+  const char* own = in + mine.offset * esize;
+  if (my_bytes > 0) {
+    if (r == 0) std::memcpy(out, own, my_bytes);
+    else x.read(0, out, my_bytes);
+    const size_t piece = std::max(esize, kReducePieceBytes / esize * esize);
+    std::vector<char> scratch(std::min(piece, my_bytes));
+    for (int q = 1; q < p; ++q) {
+      if (q == r) {
+        reduce_into(out, own, mine.count, dt, op);
+        continue;
+      }
+      for (size_t at = 0; at < my_bytes; at += piece) {
+        const size_t n = std::min(piece, my_bytes - at);
+        x.read(q, my_bytes, at, scratch.data(), n);
+        reduce_into(out + at, scratch.data(), n / esize, dt, op);
+      }
+    }
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    x.post_wait_done(q);
+    x.post_done(q);
+  }
+  x.wait();
+}
+
+}  // namespace phv

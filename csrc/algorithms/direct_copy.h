@@ -1,0 +1,64 @@
+// Internal: single-copy collectives between ranks of one host (transport/cross_memory.h). Instead of
+// sending its bytes through the shared-memory ring (a copy in, a copy out), a rank publishes where they lie
+// -- a 16-byte message {address, length} -- and the peer copies them straight into place with one
+// Transport::read_direct. Lifetime: the owner returns, and so may change or free the buffer, only after
+// every reader has sent it an empty "done" message, so the bytes stay valid and unchanged while read; the
+// readers only read, so inputs are left as they were.
+//
+// When: Transport::direct_bytes() is the same on every rank, and every size a decision looks at is known to
+// both ends of the copy, so both ends always take the same path.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+
+namespace phv {
+
+// True when a copy of `bytes` between members of comm goes through read_direct.
+bool use_direct(const Comm& comm, size_t bytes);
+
+// An address range in a peer's memory, as it published it.
+struct Published {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+};
+
+// One collective's small messages. Descriptors: post_publish sends ours to a set rank, post_expect receives
+// one; done messages: post_done tells a set rank we finished reading it, post_wait_done waits for a reader.
+// wait() completes everything posted so far. Buffers live in the object, so it must outlive wait().
+class DirectExchange {
+ public:
+  DirectExchange(const Comm& comm, const char* op, Deadline deadline);
+  void post_publish(int to, const void* buf, size_t len);
+  void post_expect(int from);
+  void post_done(int to);
+  void post_wait_done(int from);
+  void wait_for(RequestId id) { ids_.push_back(id); }  // another request of the collective, waited with the rest
+  void wait();
+  // Copies len bytes at offset `at` of what `from` published (checking its length is `want`) into dst.
+  void read(int from, size_t want, size_t at, void* dst, size_t len);
+  // The same, the whole published range.
+  void read(int from, void* dst, size_t len) { read(from, len, 0, dst, len); }
+
+ private:
+  const Comm& comm_;
+  const char* op_;
+  Deadline deadline_;
+  std::vector<uint8_t> out_, in_;  // 16 bytes per set rank: our descriptor for it, its descriptor for us
+  std::vector<RequestId> ids_;
+};
+
+// The single-copy variants of algorithms.h's collectives (the same contracts); the callers there decide
+// with use_direct().
+void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
+                       Deadline deadline);
+void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline);
+void direct_reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
+                          DataType dt, ReduceOp op, Deadline deadline);
+
+// True when [a, a + an) and [b, b + bn) share a byte.
+bool ranges_overlap(const void* a, size_t an, const void* b, size_t bn);
+
+}  // namespace phv

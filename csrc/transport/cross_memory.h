@@ -1,0 +1,49 @@
+// Single-copy reads between ranks of one host. Cross-memory attach (CMA): process_vm_readv(2) copies bytes
+// straight from another process's address space into ours, one copy where a shared-memory ring costs two
+// (into the ring, out of it). The owner publishes a buffer's address and length (a small message over the
+// transport); the reader copies from there; the owner keeps the buffer untouched until the reader says it
+// is done (algorithms/direct_collectives.cc).
+//
+// Permission: the kernel lets a process read another's memory only where it could ptrace it, which a
+// Yama ptrace_scope, a container's seccomp profile or separate pid namespaces can refuse even for the same
+// user. So it is probed at connect on every same-host pair, for real: each rank sends its pid and the
+// address of a word holding a random value, reads the peer's word and reports whether it found the value
+// (a wrong pid -- another pid namespace -- reads something else or fails). A second exchange gives every
+// rank the same answer: single copies are on only if every pair of the job can read each other, and all
+// ranks asked for them; otherwise every rank keeps the rings (a clean fallback, logged once).
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace phv {
+
+// Default of PYHOROVOD_SHM_DIRECT_BYTES: copies of at least this many bytes go through process_vm_readv
+// (benchmarks/RESULTS.md, "Single-copy collectives": one CMA read against two memcpy crosses over
+// between 1 and 16 MiB on the 2-core test machine).
+constexpr size_t kDefaultDirectBytes = size_t(4) << 20;
+
+struct CrossMemory {
+  size_t direct_bytes = 0;    // agreed threshold, the same on every rank; 0: off
+  std::vector<pid_t> pids;    // index: rank; the peers' process ids (0 where unknown)
+};
+
+// Collective over every connected pair (fds[p] valid for p != rank), after setup_shm_links: local[p] says
+// that the pair shares a ring (the same on both ends); all_local is setup_shm_links' answer (the same on
+// every rank): without it nothing is exchanged and the result is off. want_bytes: this rank's threshold
+// (0: off). refuse_probe (a test hook): report the probe as refused without trying it. Small fixed-size
+// messages; throws HvdError on a broken connection.
+CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std::vector<std::string>& addrs,
+                               const std::vector<bool>& local, bool all_local, size_t want_bytes, bool refuse_probe,
+                               Deadline deadline);
+
+// Copies len bytes at address `remote` of process pid into dst, continuing after partial reads and
+// retrying on EINTR. Returns 0, or the errno of the failure (EFAULT for a read that stopped short).
+int cross_memory_read(pid_t pid, uint64_t remote, void* dst, size_t len);
+
+}  // namespace phv

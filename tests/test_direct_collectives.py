@@ -1,0 +1,74 @@
+"""Single-copy collectives between ranks of one host (PYHOROVOD_SHM_DIRECT_BYTES; csrc/algorithms/direct_copy.h,
+csrc/transport/cross_memory.h), over real processes.
+
+The public API runs tests/test_large_collectives.py's exact checks (allgather, broadcast from every root,
+alltoall with uneven splits, reducescatter, allreduce; 256 KiB +- 1 element and 4 MiB) three ways: with the
+threshold forced to 1 byte, so every copy of every op is a process_vm_readv; with it off (0: the two-copy
+rings); and forced low but with the probe refused (the PYHOROVOD_SHM_DIRECT_REFUSE test hook), which must fall
+back on every rank. The raw core (_core.Communicator) shows which path was agreed: its direct_bytes is the
+threshold when on, 0 when off or refused -- and a 9 MiB allgather and reducescatter through it are exact.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+from test_large_collectives import _counts, _values, body
+
+MODES = {
+    "direct": {"PYHOROVOD_SHM_DIRECT_BYTES": "1"},
+    "off": {"PYHOROVOD_SHM_DIRECT_BYTES": "0"},
+    "refused": {"PYHOROVOD_SHM_DIRECT_BYTES": "1", "PYHOROVOD_SHM_DIRECT_REFUSE": "1"},
+}
+
+
+@pytest.mark.parametrize("size,mode", [(2, "direct"), (3, "direct"), (4, "direct"), (4, "off"), (2, "refused")])
+def test_api_exact(size, mode):
+    dtype = ("float32", "int32", "float64")[size % 3]
+    counts = {dtype: _counts(dtype)}
+    results = run_ranks(body, size, args=(counts, False), timeout=180, env=MODES[mode])
+    want = len(counts[dtype]) * (4 + size)
+    assert [r.value for r in results] == [want] * size
+    refused = ["refused by the test hook" in r.stderr for r in results]
+    assert refused == [mode == "refused"] * size
+
+
+def body_core(want_direct):
+    from pyhorovod import _core
+    o = _core.ConnectOptions()
+    o.rank = int(os.environ["PYHOROVOD_RANK"])
+    o.size = int(os.environ["PYHOROVOD_SIZE"])
+    o.local_rank, o.local_size = o.rank, o.size
+    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
+    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
+    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
+    o.connect_timeout_s = 30
+    o.shm_direct_bytes = int(os.environ["PYHOROVOD_SHM_DIRECT_BYTES"])
+    o.shm_direct_refuse_probe = os.environ.get("PYHOROVOD_SHM_DIRECT_REFUSE") == "1"
+    comm = _core.Communicator(o)
+    assert comm.direct_bytes == want_direct, comm.direct_bytes
+    size, rank = comm.size, comm.rank
+    count = (9 << 20) // 4 + 3  # 9 MiB and 3 elements: blocks above a 1 MiB threshold, uneven
+    x = _values(rank, count, "float32", 3)
+    out = np.empty(count * size, np.float32)
+    comm.allgatherv(x, out, [count * 4] * size, 60.0)
+    assert np.array_equal(out, np.concatenate([_values(r, count, "float32", 3) for r in range(size)]))
+    parts = [count // size + (1 if r < count % size else 0) for r in range(size)]
+    shard = np.empty(parts[rank], np.float32)
+    comm.reducescatter(x, shard, parts, _core.FLOAT32, _core.SUM, 60.0)
+    total = sum(_values(r, count, "float32", 3) for r in range(size))
+    start = sum(parts[:rank])
+    assert np.array_equal(shard, total[start:start + parts[rank]])
+    assert np.array_equal(x, _values(rank, count, "float32", 3)), "the input changed"
+    comm.close()
+    return want_direct
+
+
+@pytest.mark.parametrize("mode,want", [("direct", 1 << 20), ("off", 0), ("refused", 0)])
+def test_core_agreed_path(mode, want):
+    env = dict(MODES[mode])
+    if mode != "off":
+        env["PYHOROVOD_SHM_DIRECT_BYTES"] = str(1 << 20)
+    results = run_ranks(body_core, 3, args=(want,), timeout=120, env=env)
+    assert [r.value for r in results] == [want] * 3

@@ -13,15 +13,21 @@ the kernel's scheduler autogroups, a rank per session (as tests/mp.py does, for 
 cross-process wake-up several times slower and would measure the scheduler, not the engine.
 
 Latency columns: raw (Communicator.allreduce), direct (_core.Engine.enqueue + wait), sync
-(_core.Engine.run_sync), api_async (allreduce_async + synchronize), api (pyhorovod.allreduce); each
-with the process's CPU time per call (caller + engine thread). --tensors 0 skips the fusion burst.
+(_core.Engine.run_sync), api_async (allreduce_async + synchronize), api (pyhorovod.allreduce), and
+mpi: Open MPI's shared memory (mpi4py Allreduce of the same 4 B under `mpirun --mca pml ob1 --mca btl
+self,vader --oversubscribe`, so at 4 ranks on 2 cores it shares the cores as ours do: the CPU floor of the
+oversubscribed cells). Each with the process's CPU time per call (caller + engine thread). With mpi,
+every round is one launch of ours then one of Open MPI's (interleaved, same iterations), and the ratios
+to mpi are the medians of the per-round ratios. --tensors 0 skips the fusion burst; --no-mpi the column.
 
-    python benchmarks/engine_latency.py [--sizes 1 2 4] [--rounds 15] [--iters 200] [--tensors 0] [--json out.json]
+    python benchmarks/engine_latency.py [--sizes 1 2 4] [--rounds 15] [--iters 200] [--tensors 0] [--no-mpi]
+                                        [--json out.json]
 """
 import argparse
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,6 +142,46 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
     return rec
 
 
+def mpi_body(iters):
+    """One Open MPI rank (under mpirun): one timed loop of `iters` 4 B Allreduces after a warm-up loop."""
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    x, y = np.ones(1, np.float32), np.empty(1, np.float32)
+    for _ in range(iters):
+        comm.Allreduce(x, y, op=MPI.SUM)
+    comm.Barrier()
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(iters):
+        comm.Allreduce(x, y, op=MPI.SUM)
+    wall, cpu = (time.perf_counter() - t) / iters, (time.process_time() - c) / iters
+    assert y[0] == comm.size, y
+    if comm.rank == 0:
+        print("@@RESULT " + json.dumps({"mpi": [wall], "mpi_cpu": [cpu]}), flush=True)
+
+
+def mpi_round(n, args, timeout=300):
+    """One launch of mpi_body on n ranks; rank 0's record."""
+    argv = C.mpirun_prefix(n) + ["--mca", "pml", "ob1", "--mca", "btl", "self,vader", sys.executable,
+                                 os.path.abspath(__file__), "--mpi-worker", "--iters", str(args.iters)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYHOROVOD_", "HOROVOD_"))}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("@@RESULT "))
+    return json.loads(line[len("@@RESULT "):])
+
+
+def interleaved(n, args):
+    """args.rounds rounds of (ours, Open MPI), one launch each; the records merged round by round."""
+    rec = {}
+    one = argparse.Namespace(**{**vars(args), "rounds": 1})
+    for _ in range(args.rounds):
+        for part in (spawn(n, one), mpi_round(n, args)):
+            for k, v in part.items():
+                rec.setdefault(k, []).extend(v)
+    return rec
+
+
 def spawn(n, args, timeout=600):
     """Runs n worker processes (same session) around a rendezvous store; returns rank 0's record."""
     from pyhorovod import _core
@@ -177,23 +223,38 @@ def main():
     ap.add_argument("--tensors", type=int, default=100)
     ap.add_argument("--tensor-bytes", type=int, default=4096)
     ap.add_argument("--json", default="")
+    ap.add_argument("--no-mpi", action="store_true", help="skip the Open MPI column")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mpi_worker:
+        mpi_body(args.iters)
+        return
     if args.worker:
         rec = rank_body(args.rounds, args.iters, args.tensors, args.tensor_bytes)
         if int(os.environ["PYHOROVOD_RANK"]) == 0:
             print("@@RESULT " + json.dumps(rec), flush=True)
         return
 
+    use_mpi = not args.no_mpi and shutil.which("mpirun") is not None
+    if use_mpi:
+        try:
+            import mpi4py  # noqa: F401 -- only whether it is there (importing mpi4py.MPI would init MPI)
+        except ImportError:
+            use_mpi = False
     report = {}
     for n in args.sizes:
-        rec = spawn(n, args)
+        rec = interleaved(n, args) if use_mpi and n > 1 else spawn(n, args)
         med = {k: statistics.median(v) for k, v in rec.items()}
         report[n] = {"medians_s": med, "rounds": rec}
-        cols = [k for k in ("raw", "direct", "sync", "api_async", "api") if k in med]
-        print(f"n={n}: 1-float allreduce, median us per call (wall / process CPU), ratio to raw core:")
+        cols = [k for k in ("raw", "direct", "sync", "api_async", "api", "mpi") if k in med]
+        print(f"n={n}: 1-float allreduce, median us per call (wall / process CPU), ratio to raw core"
+              + (", ratio to Open MPI (median of per-round ratios):" if "mpi" in med else ":"))
         for k in cols:
-            print(f"    {k:10s} {med[k] * 1e6:8.1f} / {med[k + '_cpu'] * 1e6:8.1f}   {med[k] / med['raw']:5.2f}x")
+            line = f"    {k:10s} {med[k] * 1e6:8.1f} / {med[k + '_cpu'] * 1e6:8.1f}   {med[k] / med['raw']:5.2f}x"
+            if "mpi" in med:
+                line += f"   {statistics.median(a / b for a, b in zip(rec[k], rec['mpi'])):6.2f}x mpi"
+            print(line)
         if "fused" not in med:
             continue
         mb = args.tensors * args.tensor_bytes / 1e6

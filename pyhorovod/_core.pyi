@@ -105,6 +105,17 @@ class Result:
     received_splits: list
     value: int
 
+class SyncCall:
+    # A prepared synchronous allreduce/broadcast (pyhorovod/_sync_calls.py): the request of `example`
+    # (its dtype object and shape) with everything but the buffers filled in; keeps `engine` alive.
+    def __init__(self, engine: "Engine", op_type: int, name: str, dtype: int, example: Any, reduce_op: int,
+                 prescale: float, postscale: float, root: int, process_set: int, timeout_s: float,
+                 inplace: bool) -> None: ...
+    # Runs it on `input` (enqueue + wait, as Engine.run_sync) and returns the output (a new array, or
+    # input itself in place); None, doing nothing, when input is not a numpy array of the example's
+    # dtype object and shape, C-contiguous (and writable in place).
+    def __call__(self, input: Any) -> Optional[Any]: ...
+
 class Engine:
     def __init__(self, options: EngineOptions) -> None: ...  # collective
     def enqueue(self, op_type: int, name: str, dtype: int, shape: Sequence[int], input_ptr: int,
@@ -126,7 +137,7 @@ class Engine:
     # enqueue + wait in one call (host buffers only, device -1; positional arguments are fastest): the
     # calling thread runs the negotiation round without waking the engine thread. input/output: an int
     # pointer or a C-contiguous buffer-protocol object (output writable; None for allgather/alltoall).
-    # Returns None for an allreduce into a given output (nothing to say beyond the output itself).
+    # Returns None for an allreduce or broadcast into a given output (nothing to say beyond the output).
     def add_process_set(self, ranks: Sequence[int]) -> int: ...
     def remove_process_set(self, id: int) -> None: ...
     def process_set_ranks(self, id: int) -> list: ...

@@ -173,9 +173,9 @@ void register_ops(py::module_& m) {
             r.postscale = postscale;
             r.root = root;
             r.process_set = process_set;
-            // An allreduce into a given output has nothing else to say (its shape is the input's):
-            // returning None saves building a Result object on the latency path.
-            const bool in_output = r.type == OpType::ALLREDUCE && r.output != nullptr;
+            // An allreduce or broadcast into a given output has nothing else to say (its shape is the
+            // input's): returning None saves building a Result object on the latency path.
+            const bool in_output = (r.type == OpType::ALLREDUCE || r.type == OpType::BROADCAST) && r.output != nullptr;
             Result res = call_interruptible([&] { return e.run_sync(std::move(r), timeout_s); });
             if (in_output) return py::object(py::none());
             return py::object(py::cast(std::move(res)));

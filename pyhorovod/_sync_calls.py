@@ -1,0 +1,69 @@
+"""Prepared synchronous calls: the short way through a blocking allreduce that was made before.
+
+A *prepared call* is a _core.SyncCall: the engine request of one blocking allreduce with everything but
+the arrays filled in (op type, name, dtype code, shape, reduce op, scales). `_numpy_allreduce` makes one
+after a call whose arguments passed every check, and files it under the arguments that decided the request
+(the *key*: name, op, prescale, postscale, in place or not). The next call with the same key hands the
+prepared call its array and nothing else; the prepared call compares the array with the one it was made
+for (dtype, shape, contiguity, writability) and returns None when they differ, which sends the caller
+down its full path (every check again, then a new prepared call). So no check a user relies on is skipped:
+arguments that are not in the key (dtype=, timeout=, average=, a process set other than the global one,
+anything but a numpy array) never take this way, and the engine negotiates every call as before.
+
+The key holds the arguments as given: (name, op, prescale, postscale, in place), the scales only when
+they are floats. op None is not the same key as op=Average (both are correct: the first call of each
+just takes the full path); keys that compare equal (op=1 and op=True) get the same treatment from the
+full path too, and an unhashable name or op never makes a key. Only a call whose full path succeeded
+files a prepared call. The cache belongs to one engine: shutdown and fork clear it.
+"""
+import threading
+
+from pyhorovod import _api, _core, basics
+from pyhorovod.errors import translate
+
+# key -> _core.SyncCall; at most _CAPACITY entries (a program that calls with ever new names, e.g. one
+# per step, would otherwise grow it without bound: beyond the capacity a key is simply not prepared).
+prepared = {}
+_CAPACITY = 1024
+_ALLREDUCE_KEY = (_core.ALLREDUCE, 0)   # the synchronous name's claim key (_api._sync_names_busy)
+
+
+def prepare(key, code, arr, reduce_op, name) -> None:
+    """Files a prepared call for `key` (after a full-path call with these arguments succeeded)."""
+    if key is None or (len(prepared) >= _CAPACITY and key not in prepared):
+        return
+    _, _, prescale, postscale, inplace = key
+    sync_name = name or _api._sync_name(_ALLREDUCE_KEY)
+    prepared[key] = _core.SyncCall(basics.engine(), _core.ALLREDUCE, sync_name, code, arr, reduce_op,
+                                    prescale, postscale, 0, 0, 0.0, inplace)
+
+
+def run(call, tensor, unnamed: bool):
+    """call(tensor): the output, or None when the prepared call does not fit `tensor` (or another thread
+    holds the synchronous name: the full path then decides, and refuses when it must). An unnamed call
+    claims the reusable synchronous name as _api.run_sync does; `setdefault` is one atomic step, so two
+    threads cannot both take it."""
+    if unnamed:
+        me = threading.get_ident()
+        if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(_ALLREDUCE_KEY, me) != me:
+            return None
+    try:
+        return call(tensor)
+    except _core.CoreError as e:
+        raise translate(e) from e
+    except BaseException:
+        engine = basics._state.engine  # None if a signal handler shut pyhorovod down meanwhile
+        if engine is not None:
+            _api._after_interrupt(engine)
+        raise
+    finally:
+        if unnamed:
+            _api._sync_names_busy.pop(_ALLREDUCE_KEY, None)
+
+
+def _forget():
+    prepared.clear()
+
+
+basics.on_shutdown(_forget)
+basics.on_fork_child(_forget)

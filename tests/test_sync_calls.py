@@ -1,0 +1,132 @@
+"""Prepared synchronous calls (pyhorovod/_sync_calls.py, csrc/bindings/bind_sync_call.cc): a blocking
+numpy allreduce made before with the same name, op and scales hands its array to a prepared _core.SyncCall.
+Checked over real processes with exact values: the prepared call is taken (counted), and a changed shape,
+dtype, op, name or in-place form still gets the right result (a new prepared call); an array that does
+not fit (non-contiguous, read-only in place) still gets the full path's ValueError; a rank changing the
+shape alone still gets the mismatch error on every rank; another thread holding the synchronous name is
+still refused. The SyncCall's own fit check is tested directly at size 1."""
+import threading
+
+import numpy as np
+import pytest
+
+from mp import run_ranks
+
+
+def _count_prepared_runs():
+    """Wraps _sync_calls.run to count the calls that took a prepared call (it returned an array)."""
+    from pyhorovod import _sync_calls
+    hits = [0]
+    run = _sync_calls.run
+
+    def counted(call, tensor, unnamed):
+        out = run(call, tensor, unnamed)
+        hits[0] += out is not None
+        return out
+    _sync_calls.run = counted
+    return hits
+
+
+def body_changes(iterations):
+    import pyhorovod as hvd
+    from pyhorovod import _sync_calls
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    hits = _count_prepared_runs()
+    tri = n * (n + 1) // 2
+    streams = [  # (array of this rank, op, name, in place, expected)
+        (np.full(1, r + 1, np.float32), hvd.Sum, None, False, np.full(1, tri, np.float32)),
+        (np.full(3, r + 1, np.float32), hvd.Sum, None, False, np.full(3, tri, np.float32)),     # shape
+        (np.full(3, r + 1, np.int64), hvd.Sum, None, False, np.full(3, tri, np.int64)),         # dtype
+        (np.full(3, r + 1, np.int64), hvd.Max, None, False, np.full(3, n, np.int64)),           # op
+        (np.full(3, r + 1, np.int64), hvd.Max, "m", False, np.full(3, n, np.int64)),            # name
+        (np.full((2, 2), r + 1, np.float64), None, "m", False, np.full((2, 2), tri / n)),       # Average
+        (np.full(1, r + 1, np.float32), hvd.Sum, None, True, np.full(1, tri, np.float32)),      # in place
+        (np.full(1, r + 1, np.float32), hvd.Sum, None, False, np.full(1, tri, np.float32)),     # back
+    ]
+    for x, op, name, inplace, want in streams:
+        for i in range(iterations):
+            arg = x.copy()
+            got = (hvd.allreduce_ if inplace else hvd.allreduce)(arg, op=op, name=name)
+            assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), (x, op, i)
+            assert (got is arg) == inplace
+            assert np.array_equal(arg, want if inplace else x)       # out of place: the input untouched
+    # Every stream's first call takes the full path; each later one the prepared call.
+    assert hits[0] == len(streams) * (iterations - 1), hits
+    # Arrays the prepared call does not fit get the full path's errors.
+    x = np.full(4, 1.0, np.float32)
+    hvd.allreduce(x, op=hvd.Sum)                                      # prepares float32 (4,)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        hvd.allreduce(np.full(8, 1.0, np.float32)[::2], op=hvd.Sum)   # same shape as x, strided
+    hvd.allreduce_(x, op=hvd.Sum)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        hvd.allreduce_(x, op=hvd.Sum)
+    # A rank changing the shape alone: the mismatch error on every rank, then the stream goes on.
+    y = np.full(2, r + 1, np.float32)
+    for _ in range(3):
+        assert np.array_equal(hvd.allreduce(y, op=hvd.Sum, name="s"), np.full(2, tri, np.float32))
+    with pytest.raises(Exception, match="Mismatched allreduce tensor shapes"):
+        hvd.allreduce(np.ones(3 if r == n - 1 else 2, np.float32), op=hvd.Sum, name="s")
+    assert np.array_equal(hvd.allreduce(y, op=hvd.Sum, name="s"), np.full(2, tri, np.float32))
+    # While another thread holds the reusable synchronous name, an unnamed call is refused (not run).
+    from pyhorovod import _api, _core
+    before = hits[0]
+    refused = []
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder():
+        _api._claim_sync_name(_core.ALLREDUCE, 0)
+        held.set()
+        release.wait(30)
+        _api._sync_names_busy.pop((_core.ALLREDUCE, 0), None)
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(30)
+    try:
+        hvd.allreduce(np.full(4, 1.0, np.float32), op=hvd.Sum)      # fits the prepared call
+    except ValueError as e:
+        refused.append(str(e))
+    release.set()
+    t.join(30)
+    assert len(refused) == 1 and "name=" in refused[0] and hits[0] == before, (refused, hits)
+    assert _sync_calls.prepared
+    hvd.shutdown()
+    assert not _sync_calls.prepared  # the cache belongs to the engine that is gone
+    return hits[0]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_prepared_calls_are_taken_and_changes_still_work(size):
+    results = run_ranks(body_changes, size, timeout=180, args=(6,))
+    assert len({res.value for res in results}) == 1
+
+
+def body_fit():
+    import pyhorovod as hvd
+    from pyhorovod import _core, basics
+    hvd.init()
+    e = basics.engine()
+    ex = np.zeros(3, np.float32)
+    call = _core.SyncCall(e, _core.ALLREDUCE, "fit", _core.FLOAT32, ex, _core.SUM, 2.0, 1.0, 0, 0, 0.0, False)
+    x = np.arange(3, dtype=np.float32)
+    out = call(x)
+    assert out is not x and out.dtype == np.float32 and out.tolist() == [0.0, 2.0, 4.0]   # prescale 2
+    assert x.tolist() == [0.0, 1.0, 2.0]
+    for other in (np.arange(3, dtype=np.float64), np.arange(4, dtype=np.float32),
+                  np.arange(3, dtype=np.float32).reshape(1, 3), np.arange(6, dtype=np.float32)[::2],
+                  np.arange(3, dtype=">f4"), [0.0, 1.0, 2.0], None):
+        assert call(other) is None, other
+    inplace = _core.SyncCall(e, _core.ALLREDUCE, "fit2", _core.FLOAT32, ex, _core.SUM, 1.0, 3.0, 0, 0, 0.0, True)
+    y = np.ones(3, np.float32)
+    assert inplace(y) is y and y.tolist() == [3.0, 3.0, 3.0]                              # postscale 3
+    y.flags.writeable = False
+    assert inplace(y) is None
+    with pytest.raises(_core.InvalidArgumentError, match="op_type"):
+        _core.SyncCall(e, _core.ALLGATHER, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+    hvd.shutdown()
+
+
+def test_sync_call_fits_only_the_array_it_was_prepared_for():
+    run_ranks(body_fit, 1, timeout=60)

@@ -41,10 +41,11 @@ def body_exact(iterations):
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_steady_small_allreduces_go_express_with_exact_results(size):
-    results = run_ranks(body_exact, size, timeout=180, args=(12,), env={"HOROVOD_LOG_LEVEL": "info"})
+    results = run_ranks(body_exact, size, timeout=180, args=(20,), env={"HOROVOD_LOG_LEVEL": "info"})
     counts = [express_counts(res.stderr) for res in results]
     assert all(c == counts[0] for c in counts), counts  # every rank took the same branch every round
-    # 31 dtype/op streams of 12 calls: all but the first few calls of each stream can go express.
+    # 31 dtype/op streams of 20 calls: all but the first few calls of each stream can go express; a call
+    # whose peers are descheduled (4 ranks on 2 loaded cores) misses, so the bound leaves room for that.
     assert counts[0][0] >= 31 * 5, counts
 
 
@@ -78,7 +79,9 @@ def body_change(iterations):
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_a_rank_changing_op_or_shape_mid_stream_falls_back(size):
-    results = run_ranks(body_change, size, timeout=120, args=(10,), env={"HOROVOD_LOG_LEVEL": "info"})
+    # 3 steady phases of 40 calls; under load a call whose peers are not ready misses the express round,
+    # so the bound asks for far fewer hits than calls.
+    results = run_ranks(body_change, size, timeout=120, args=(40,), env={"HOROVOD_LOG_LEVEL": "info"})
     counts = [express_counts(res.stderr) for res in results]
     assert all(c == counts[0] for c in counts), counts
     hits, misses = counts[0]

@@ -97,6 +97,22 @@ def clean_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
+def connect_options_from_env(prefix: str = ""):
+    """A rank's _core.ConnectOptions for a raw Communicator, from the variables run_ranks sets (rank,
+    size, store, secret; every rank on this host), with keys under `prefix` and a 30 s connect timeout."""
+    from pyhorovod import _core
+    o = _core.ConnectOptions()
+    o.rank = int(os.environ["PYHOROVOD_RANK"])
+    o.size = int(os.environ["PYHOROVOD_SIZE"])
+    o.local_rank, o.local_size = o.rank, o.size
+    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
+    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
+    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
+    o.store_prefix = prefix
+    o.connect_timeout_s = 30
+    return o
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,7 +12,7 @@ import pytest
 
 import coll_data as cd
 from launch_cache import launch_once, run_sections, section
-from mp import WORLD_SIZES, run_ranks
+from mp import WORLD_SIZES, connect_options_from_env, run_ranks
 
 TIMEOUT = 60.0  # per collective, inside the ranks; the harness kills the whole run later than that
 
@@ -24,15 +24,7 @@ OP_CODES = {cd.SUM: "SUM", cd.AVERAGE: "AVERAGE", cd.MIN: "MIN", cd.MAX: "MAX", 
 def _communicator(prefix, **tuning):
     """A Communicator of its own (store keys under `prefix`), so that one launch can build several."""
     from pyhorovod import _core
-    o = _core.ConnectOptions()
-    o.rank = int(os.environ["PYHOROVOD_RANK"])
-    o.size = int(os.environ["PYHOROVOD_SIZE"])
-    o.local_rank, o.local_size = o.rank, o.size
-    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
-    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
-    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
-    o.store_prefix = f"test_communicator/{prefix}"
-    o.connect_timeout_s = 30
+    o = connect_options_from_env(f"test_communicator/{prefix}")
     o.shm_enable = os.environ.get("PHV_TEST_TRANSPORT", "shm") == "shm"
     for k, v in tuning.items():
         setattr(o.tuning, k, v)

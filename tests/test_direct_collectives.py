@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from mp import run_ranks
+from mp import connect_options_from_env, run_ranks
 from test_large_collectives import _counts, _values, body
 
 MODES = {
@@ -36,14 +36,7 @@ def test_api_exact(size, mode):
 
 def body_core(want_direct):
     from pyhorovod import _core
-    o = _core.ConnectOptions()
-    o.rank = int(os.environ["PYHOROVOD_RANK"])
-    o.size = int(os.environ["PYHOROVOD_SIZE"])
-    o.local_rank, o.local_size = o.rank, o.size
-    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
-    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
-    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
-    o.connect_timeout_s = 30
+    o = connect_options_from_env()
     o.shm_direct_bytes = int(os.environ["PYHOROVOD_SHM_DIRECT_BYTES"])
     o.shm_direct_refuse_probe = os.environ.get("PYHOROVOD_SHM_DIRECT_REFUSE") == "1"
     comm = _core.Communicator(o)

@@ -153,9 +153,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20, help="timed steps per throughput run")
     p.add_argument("--warmup", type=int, default=12, help="untimed steps first (past PowerSGD's start_iter=10)")
     p.add_argument("--probe-rounds", type=int, default=3,
-                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none, hvd-none where built, pyhvd-hier "
-                        "when a candidate) at the "
-                        "first link speed")
+                   help="rounds of the gradient-allreduce probe (pyhvd-none, ddp-none, hvd-none where built, "
+                        "pyhvd-hier when a candidate) at the first link speed")
     p.add_argument("--accuracy-steps", type=int, default=300, help="step budget of the accuracy runs (0: none)")
     p.add_argument("--eval-every", type=int, default=30)
     p.add_argument("--accuracy-candidates", type=C.choice_list(CANDIDATES),

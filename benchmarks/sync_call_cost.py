@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+import common as C  # the script's own directory is on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("api", "unnamed", "sync")
 
@@ -85,7 +87,7 @@ def measure(kind, calls, tmp, tree):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = C.arg_parser(__doc__)
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--tree", default=ROOT, help="the checkout whose pyhorovod is measured")

@@ -9,7 +9,9 @@ the noise scale is measurable at one worker too), SGD momentum 0.9, LR 0.05 per 
 linearly with the global batch (scaling/lr.py ResizeWarmup: after a grow the LR goes to the new value
 over 50 steps). Rank 0 evaluates the test accuracy every 100 steps; the run ends at the first evaluation
 at or above --target. Time is rank 0's, from its first init() to that evaluation; worker-seconds are
-count x time for the fixed runs and the trace's integral for the autoscaled one.
+count x time for the fixed runs and the trace's integral for the autoscaled one. With --budget-steps N
+the job has a step budget, and rank 0 tells the autoscaler the time left, (N - step) x its step time,
+which turns the resize-cost rule on (pyhorovod/scaling/autoscale.py).
 
 Elastic resets without the elastic State API: every 10 steps rank 0 reads `_membership.hosts_changed()`
 (the driver announces the workers it starts or lets go) and broadcasts it with the "done" flag; on a
@@ -77,6 +79,7 @@ def worker(a):
         target = scale_factor("linear", 64, global_batch)
         gen = torch.Generator().manual_seed(1000 * n + rank + step)
         changed = done = False
+        last_t, step_s = time.monotonic(), None
         while not (changed or done):
             for group in opt.param_groups:
                 group["lr"] = BASE_LR * warm.multiplier(step, target)
@@ -86,8 +89,14 @@ def worker(a):
                 (torch.nn.functional.cross_entropy(model(x[idx]), y[idx]) / PASSES).backward()
             opt.step()
             step += 1
+            now = time.monotonic()
+            step_s = now - last_t if step_s is None else 0.9 * step_s + 0.1 * (now - last_t)
+            last_t = now
             if scaler is not None:
-                scaler.step()
+                # The resize-cost rule's input, when the job has a step budget: its steps left at this
+                # step time (the budget counts steps at the starting count; a grow needs fewer).
+                left = None if not a.budget_steps else max(0, a.budget_steps - step) * step_s
+                scaler.step(remaining_s=left)
             if step % 10 == 0:
                 flags = None
                 if rank == 0:
@@ -136,7 +145,8 @@ def launch(kind, a, path):
         env.update({"PYHOROVOD_NOISE_SCALE_HORIZON": "25600", "PYHOROVOD_NOISE_SCALE_LOG_EVERY": "0"})
     full = [sys.executable, "-m", "pyhorovod.run"] + cmd + [sys.executable, os.path.abspath(__file__), "--worker",
                                                             "--json", path, "--target", str(a.target),
-                                                            "--max-steps", str(a.max_steps)]
+                                                            "--max-steps", str(a.max_steps),
+                                                            "--budget-steps", str(a.budget_steps)]
     t = time.monotonic()
     proc = subprocess.run(full, cwd=ROOT, env=env, timeout=a.timeout, capture_output=True, text=True)
     wall = time.monotonic() - t
@@ -176,6 +186,9 @@ def main(argv=None):
     p.add_argument("--counts", default="1,2,3")
     p.add_argument("--max-np", type=int, default=3)
     p.add_argument("--every", type=int, default=30)
+    p.add_argument("--budget-steps", type=int, default=0,
+                   help="the job's step budget, which turns the resize-cost rule on: rank 0 passes the "
+                        "autoscaler (budget - step) x its step time as the time left (0: unknown, rule off)")
     p.add_argument("--only-auto", action="store_true")
     p.add_argument("--summarise", action="store_true", help="print the table of an earlier run's JSON")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "autoscale"))

@@ -34,20 +34,14 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "tests")]
 import common as C  # noqa: E402
 
 
 def _raw_communicator(prefix):
     from pyhorovod import _core
-    o = _core.ConnectOptions()
-    o.rank = int(os.environ["PYHOROVOD_RANK"])
-    o.size = int(os.environ["PYHOROVOD_SIZE"])
-    o.local_rank, o.local_size = o.rank, o.size
-    o.store_host = os.environ["PYHOROVOD_STORE_ADDR"]
-    o.store_port = int(os.environ["PYHOROVOD_STORE_PORT"])
-    o.secret = os.environ["PYHOROVOD_SECRET"].encode()
-    o.store_prefix = prefix
+    from mp import connect_options_from_env   # tests/mp.py: the rank's options from the launcher's variables
+    o = connect_options_from_env(prefix)
     o.connect_timeout_s = 60
     return _core.Communicator(o)
 

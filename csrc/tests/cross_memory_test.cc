@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "rendezvous/memory_store.h"
 #include "tests/check.h"
+#include "tests/mesh_harness.h"
 #include "transport/cross_memory.h"
 #include "transport/tcp_transport.h"
 
@@ -36,24 +37,13 @@ struct Setup {
 
 std::vector<std::unique_ptr<TcpTransport>> make_mesh(MemoryStore& store, int n, const std::string& prefix,
                                                      const Setup& s) {
-  std::vector<std::unique_ptr<TcpTransport>> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      MeshOptions o;
-      o.rank = r;
-      o.size = n;
-      o.secret = "job-secret";
-      o.store_prefix = prefix;
-      o.connect_timeout_s = 10;
-      o.shm_enable = s.shm;
-      o.shm_ring_bytes = 64 << 10;
-      o.shm_direct_bytes = r == s.odd_rank ? s.odd_want : s.want;
-      o.shm_direct_refuse_probe = r == s.refuse_rank;
-      out[r] = std::make_unique<TcpTransport>(store, o);
-    });
-  for (auto& t : threads) t.join();
-  return out;
+  return phv::testing::make_mesh(store, n, [&](int r) {
+    MeshOptions o = mesh_options(r, n, prefix, s.shm);
+    o.shm_ring_bytes = 64 << 10;
+    o.shm_direct_bytes = r == s.odd_rank ? s.odd_want : s.want;
+    o.shm_direct_refuse_probe = r == s.refuse_rank;
+    return o;
+  });
 }
 
 void run(std::vector<std::unique_ptr<TcpTransport>>& mesh, const std::function<void(const Comm&)>& body) {

@@ -19,6 +19,7 @@
 #include "rendezvous/memory_store.h"
 #include "rendezvous/socket.h"
 #include "tests/check.h"
+#include "tests/mesh_harness.h"
 #include "transport/tcp_transport.h"
 
 using namespace phv;
@@ -29,23 +30,11 @@ const std::string kSecret = "job-secret";
 bool g_shm = false;  // the same tests run over sockets and over shared-memory rings
 
 MeshOptions mesh_options(int rank, int size, const std::string& prefix) {
-  MeshOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.secret = kSecret;
-  o.store_prefix = prefix;
-  o.connect_timeout_s = 10;
-  o.shm_enable = g_shm;
-  return o;
+  return phv::testing::mesh_options(rank, size, prefix, g_shm, kSecret);
 }
 
 std::vector<std::unique_ptr<TcpTransport>> make_mesh(Store& store, int n, const std::string& prefix) {
-  std::vector<std::unique_ptr<TcpTransport>> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] { out[r] = std::make_unique<TcpTransport>(store, mesh_options(r, n, prefix)); });
-  for (auto& t : threads) t.join();
-  return out;
+  return phv::testing::make_mesh(store, n, [&](int r) { return mesh_options(r, n, prefix); });
 }
 
 uint8_t pattern(int from, int to, int msg, size_t i) {
@@ -124,17 +113,11 @@ struct CheckingSink : RecvSink {
 void test_sink_receives() {
   MemoryStore store;
   const int n = 2;
-  std::vector<std::unique_ptr<TcpTransport>> mesh(n);
-  {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        MeshOptions o = mesh_options(r, n, "sink");
-        o.shm_ring_bytes = 64 << 10;
-        mesh[r] = std::make_unique<TcpTransport>(store, o);
-      });
-    for (auto& t : threads) t.join();
-  }
+  auto mesh = phv::testing::make_mesh(store, n, [&](int r) {
+    MeshOptions o = mesh_options(r, n, "sink");
+    o.shm_ring_bytes = 64 << 10;
+    return o;
+  });
   if (!g_shm) {
     CHECK(!mesh[0]->recv_in_place(1));
     CheckingSink sink;

@@ -17,6 +17,7 @@
 #include "rendezvous/memory_store.h"
 #include "rendezvous/socket.h"
 #include "tests/check.h"
+#include "tests/mesh_harness.h"
 #include "transport/tcp_transport.h"
 #include "transport/transfer_watch.h"
 
@@ -28,21 +29,7 @@ namespace {
 bool g_shm = false;
 
 std::vector<std::unique_ptr<TcpTransport>> make_mesh(Store& store, int n, const std::string& prefix) {
-  std::vector<std::unique_ptr<TcpTransport>> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      MeshOptions o;
-      o.rank = r;
-      o.size = n;
-      o.secret = "s";
-      o.store_prefix = prefix;
-      o.connect_timeout_s = 10;
-      o.shm_enable = g_shm;
-      out[r] = std::make_unique<TcpTransport>(store, o);
-    });
-  for (auto& t : threads) t.join();
-  return out;
+  return phv::testing::make_mesh(store, n, [&](int r) { return mesh_options(r, n, prefix, g_shm, "s"); });
 }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }

@@ -108,7 +108,7 @@ def launch(cand, net, args, mode, steps, warmup=0, eval_every=0, timeout_s=600):
     """Runs one candidate's job in the namespaces; returns its records."""
     python = args.hvd_python if cand.startswith("hvd") else sys.executable
     argv = [python, WORKER, cand, mode, "--model", args.model, "--steps", str(steps), "--warmup", str(warmup),
-            "--eval-every", str(eval_every)]
+            "--eval-every", str(eval_every), "--seed", str(args.seed)]
     if cand == "single":
         return C.run_records([(net.hosts[0].argv(argv), C.python_env())], timeout_s, cand)
     secret = secrets.token_hex(16)
@@ -159,6 +159,8 @@ def main(argv=None):
     p.add_argument("--eval-every", type=int, default=30)
     p.add_argument("--accuracy-candidates", type=C.choice_list(CANDIDATES),
                    default="pyhvd-none,pyhvd-powersgd,ddp-none,ddp-powersgd")
+    p.add_argument("--seed", type=int, default=0,
+                   help="offset of the model's initialisation and data-order seeds (0: the fixed ones of earlier runs)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     from netns import Network, cleanup_stale, netns_unavailable_reason
@@ -249,7 +251,7 @@ def summarize(args, links, cands, throughput, single, curves, skipped):
     return {"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "model": args.model, "links_mbit": links,
             "single_samples_per_s": one, "single_rounds": single, "throughput": rows, "ratios": ratios,
             "accuracy": accuracy, "skipped": skipped, "steps": args.steps, "warmup": args.warmup,
-            "rounds": args.rounds, "accuracy_steps": args.accuracy_steps}
+            "rounds": args.rounds, "accuracy_steps": args.accuracy_steps, "seed": args.seed}
 
 
 def draw(result, stem):

@@ -154,15 +154,16 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=12)
     p.add_argument("--eval-every", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0, help="added to the model's and the data order's seeds")
     args = p.parse_args(argv)
     cand, mode, steps, warmup, eval_every = args.cand, args.mode, args.steps, args.warmup, args.eval_every
     torch.set_num_threads(1)
-    torch.manual_seed(1234)
+    torch.manual_seed(1234 + args.seed)
     model = build_model(args.model)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     model, opt, rank, size, done = setup(cand, model, opt)
     x_train, y_train = load("train", args.model)
-    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(7))
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(7 + args.seed))
     per_step = BATCH * size
 
     def batch(i):

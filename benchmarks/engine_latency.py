@@ -13,7 +13,8 @@ the kernel's scheduler autogroups, a rank per session (as tests/mp.py does, for 
 cross-process wake-up several times slower and would measure the scheduler, not the engine.
 
 Latency columns: raw (Communicator.allreduce), direct (_core.Engine.enqueue + wait), sync
-(_core.Engine.run_sync), api_async (allreduce_async + synchronize), api (pyhorovod.allreduce), and
+(_core.Engine.run_sync), api_async (allreduce_async + synchronize), api (pyhorovod.allreduce), api_
+(pyhorovod.allreduce_, in place: like mpi4py's Allreduce, no new array per call), and
 mpi: Open MPI's shared memory (mpi4py Allreduce of the same 4 B under `mpirun --mca pml ob1 --mca btl
 self,vader --oversubscribe`, so at 4 ranks on 2 cores it shares the cores as ours do: the CPU floor of the
 oversubscribed cells). Each with the process's CPU time per call (caller + engine thread). With mpi,
@@ -73,6 +74,12 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
         for _ in range(iters):
             hvd.allreduce(one, op=hvd.Sum, name="lat")
 
+    zero = np.zeros(1, np.float32)   # a sum of zeros stays zero however many calls
+
+    def api_inplace_body():  # pyhorovod.allreduce_ into the caller's array, as mpi4py's Allreduce writes
+        for _ in range(iters):
+            hvd.allreduce_(zero, op=hvd.Sum, name="lat_")
+
     def api_async_body():  # the handle path (what allreduce did before the synchronous fast path)
         for _ in range(iters):
             hvd.synchronize(hvd.allreduce_async(one, op=hvd.Sum, name="lat"))
@@ -91,7 +98,8 @@ def rank_body(rounds, iters, ntensors, tensor_bytes):
             e.run_sync(_core.ALLREDUCE, "s", _core.FLOAT32, [1], one, out, 0, 1.0, 1.0, 0, 0, 0.0)
 
     has_sync = hasattr(_core.Engine, "run_sync")
-    latency = {"raw": raw_body, "api": api_body, "api_async": api_async_body, "direct": direct_body}
+    latency = {"raw": raw_body, "api": api_body, "api_": api_inplace_body, "api_async": api_async_body,
+               "direct": direct_body}
     if has_sync:
         latency["sync"] = sync_body
 
@@ -241,7 +249,7 @@ def main():
         rec = interleaved(n, args) if use_mpi and n > 1 else spawn(n, args)
         med = {k: statistics.median(v) for k, v in rec.items()}
         report[n] = {"medians_s": med, "rounds": rec}
-        cols = [k for k in ("raw", "direct", "sync", "api_async", "api", "mpi") if k in med]
+        cols = [k for k in ("raw", "direct", "sync", "api_async", "api", "api_", "mpi") if k in med]
         print(f"n={n}: 1-float allreduce, median us per call (wall / process CPU), ratio to raw core"
               + (", ratio to Open MPI (median of per-round ratios):" if "mpi" in med else ":"))
         for k in cols:

@@ -55,6 +55,7 @@ class AutoscaleTrace:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
         t = [r["time_s"] for r in self.rows]
         n = [r["workers"] for r in self.rows]
         if end_s is not None and workers is not None:
@@ -65,9 +66,16 @@ class AutoscaleTrace:
         fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
         axes[0].step(t, n, where="post", color="k")
         axes[0].set_ylabel("workers")
+        axes[0].set_ylim(0.5, max(n, default=1) + 0.5)
+        axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
         ax = axes[0].twinx()
-        ax.plot([r["time_s"] for r in self.rows], col("global_batch"), "C1.", ms=3)
+        batch = col("global_batch")
+        ax.plot([r["time_s"] for r in self.rows], batch, "C1.", ms=3)
         ax.set_ylabel("global batch", color="C1")
+        per_worker = [b / r["workers"] for b, r in zip(batch, self.rows) if b == b and r["workers"]]
+        if per_worker:   # the batch axis lines up with the workers axis (a fixed batch per worker)
+            lo, hi = axes[0].get_ylim()
+            ax.set_ylim(lo * per_worker[0], hi * per_worker[0])
         axes[1].plot([r["time_s"] for r in self.rows], col("b_simple"), "C0")
         axes[1].set_ylabel("B_simple")
         axes[1].set_yscale("log")

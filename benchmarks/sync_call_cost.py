@@ -7,9 +7,9 @@ same warm-up; the difference over N is the cost of one call on the main thread (
 rounds are in other files). Layers: libpython (the Python code above the binding, and the interpreter's
 share of the call), pybind11 (argument conversion and dispatch in _core), phv (the engine: request,
 round, reduction), libc/libstdc++ (malloc, mutexes, hashing: mostly the engine's). Also the inclusive
-cost of the binding's dispatcher and of EngineCore::run_sync: Python = total - dispatcher, binding =
-dispatcher - run_sync, engine = run_sync. Size 1 has no exchange; the exchange is what
-engine_latency.py's raw column measures.
+cost of the binding's entry (pybind11's dispatcher, or a prepared call's SyncCall::run_entry) and of the
+engine's (EngineCore::run_sync or run_prepared): Python = total - entry, binding = entry - engine. Size 1
+has no exchange; the exchange is what engine_latency.py's raw column measures.
 
     python benchmarks/sync_call_cost.py [--kinds api unnamed sync] [--calls 2000] [--tree PATH]
 
@@ -83,7 +83,10 @@ def measure(kind, calls, tmp, tree):
 
     def incl(pattern):
         return max((v for (_, fn), v in per[True].items() if pattern in fn and "'" not in fn), default=0.0)
-    return sum(per[False].values()), layers, incl("cpp_function::dispatcher"), incl("phv::EngineCore::run_sync(")
+    # The binding's entry: pybind11's dispatcher, or the prepared call's builtin function (SyncCall.entry).
+    binding = max(incl("cpp_function::dispatcher"), incl("SyncCall::run_entry("))
+    return sum(per[False].values()), layers, binding, max(incl("phv::EngineCore::run_sync("),
+                                                          incl("phv::EngineCore::run_prepared("))
 
 
 def main():

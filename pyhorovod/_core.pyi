@@ -4,7 +4,7 @@
 # they wait on the main thread, and raise the exception a handler raised (Engine.interrupted is then
 # True). Errors: the core raises _core.CoreError subclasses mapped in pyhorovod/errors.py:
 # InvalidArgument -> ValueError; Internal/Timeout/PeerLost/Shutdown/Interrupted -> HorovodInternalError.
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 # DataType codes (csrc/common/types.h)
 UINT8: int; INT8: int; INT16: int; INT32: int; INT64: int
@@ -115,6 +115,9 @@ class SyncCall:
     # input itself in place); None, doing nothing, when input is not a numpy array of the example's
     # dtype object and shape, C-contiguous (and writable in place).
     def __call__(self, input: Any) -> Optional[Any]: ...
+    # __call__ as a builtin function of one argument that keeps this SyncCall alive: the interpreter
+    # calls it directly, without pybind11's dispatch (pyhorovod/_sync_calls.py files these).
+    def entry(self) -> Callable[[Any], Optional[Any]]: ...
 
 class Engine:
     def __init__(self, options: EngineOptions) -> None: ...  # collective

@@ -67,6 +67,7 @@ def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional
 
 
 _prepared_get = _sync_calls.prepared.get
+_ndarray = np.ndarray   # a module global: `np.ndarray` is a module attribute look-up on every call
 # dtype -> _core code of the dtypes seen so far (dtype_code costs microseconds: dtype.name is Python code)
 _CODE_CACHE = {}
 
@@ -78,7 +79,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
     default dtype/timeout/average/process set takes a prepared call (pyhorovod/_sync_calls.py) when one
     with the same name, op and scales was made before."""
     key = None
-    if (type(tensor) is np.ndarray and dtype is None and timeout is None and average is None
+    if (type(tensor) is _ndarray and dtype is None and timeout is None and average is None
             and process_set is global_process_set and type(prescale) is float and type(postscale) is float):
         key = (name, op, prescale, postscale, inplace)   # _sync_calls.py says why these
         try:
@@ -86,8 +87,11 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
         except TypeError:  # an unhashable name or op: the full path says what is wrong with it
             key = call = None
         if call is not None:
-            result = _sync_calls.run(call, tensor, not name)
-            if result is not None:
+            try:
+                result = call(tensor) if name else _sync_calls.run_unnamed(call, tensor)
+            except BaseException as e:
+                _sync_calls.reraise(e)
+            if result is not None:   # None: the prepared call does not fit this array
                 return result
     if type(tensor) is not np.ndarray and is_cuda_array(tensor):
         return _api.synchronize(_cuda_arrays.allreduce_async([tensor], inplace, False, average, name, op,

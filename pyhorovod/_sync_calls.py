@@ -1,7 +1,8 @@
 """Prepared synchronous calls: the short way through a blocking allreduce that was made before.
 
-A *prepared call* is a _core.SyncCall: the engine request of one blocking allreduce with everything but
-the arrays filled in (op type, name, dtype code, shape, reduce op, scales). `_numpy_allreduce` makes one
+A *prepared call* is a _core.SyncCall (csrc/bindings/bind_sync_call.cc): the engine request of one
+blocking allreduce with everything but the arrays filled in (op type, name, dtype code, shape, reduce op,
+scales), checked once by the engine. `_numpy_allreduce` makes one
 after a call whose arguments passed every check, and files it under the arguments that decided the request
 (the *key*: name, op, prescale, postscale, in place or not). The next call with the same key hands the
 prepared call its array and nothing else; the prepared call compares the array with the one it was made
@@ -21,8 +22,9 @@ import threading
 from pyhorovod import _api, _core, basics
 from pyhorovod.errors import translate
 
-# key -> _core.SyncCall; at most _CAPACITY entries (a program that calls with ever new names, e.g. one
-# per step, would otherwise grow it without bound: beyond the capacity a key is simply not prepared).
+# key -> a _core.SyncCall's entry() (the call as a builtin function: no pybind11 dispatch per call); at
+# most _CAPACITY entries (a program that calls with ever new names, e.g. one per step, would otherwise
+# grow it without bound: beyond the capacity a key is simply not prepared).
 prepared = {}
 _CAPACITY = 1024
 _ALLREDUCE_KEY = (_core.ALLREDUCE, 0)   # the synchronous name's claim key (_api._sync_names_busy)
@@ -35,30 +37,32 @@ def prepare(key, code, arr, reduce_op, name) -> None:
     _, _, prescale, postscale, inplace = key
     sync_name = name or _api._sync_name(_ALLREDUCE_KEY)
     prepared[key] = _core.SyncCall(basics.engine(), _core.ALLREDUCE, sync_name, code, arr, reduce_op,
-                                    prescale, postscale, 0, 0, 0.0, inplace)
+                                    prescale, postscale, 0, 0, 0.0, inplace).entry()
 
 
-def run(call, tensor, unnamed: bool):
-    """call(tensor): the output, or None when the prepared call does not fit `tensor` (or another thread
-    holds the synchronous name: the full path then decides, and refuses when it must). An unnamed call
-    claims the reusable synchronous name as _api.run_sync does; `setdefault` is one atomic step, so two
-    threads cannot both take it."""
-    if unnamed:
-        me = threading.get_ident()
-        if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(_ALLREDUCE_KEY, me) != me:
-            return None
+def run_unnamed(call, tensor):
+    """call(tensor) for an unnamed call: the output, or None when the prepared call does not fit `tensor`
+    or another thread holds the synchronous name (the full path then decides, and refuses when it must).
+    It claims the reusable synchronous name as _api.run_sync does; `setdefault` is one atomic step, so two
+    threads cannot both take it. A named call needs no claim: its caller calls `call` itself."""
+    me = threading.get_ident()
+    if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(_ALLREDUCE_KEY, me) != me:
+        return None
     try:
         return call(tensor)
-    except _core.CoreError as e:
-        raise translate(e) from e
-    except BaseException:
-        engine = basics._state.engine  # None if a signal handler shut pyhorovod down meanwhile
-        if engine is not None:
-            _api._after_interrupt(engine)
-        raise
     finally:
-        if unnamed:
-            _api._sync_names_busy.pop(_ALLREDUCE_KEY, None)
+        _api._sync_names_busy.pop(_ALLREDUCE_KEY, None)
+
+
+def reraise(error: BaseException):
+    """Raises what a prepared call's caller raises for `error`: a core error as its public class; after
+    anything else (KeyboardInterrupt in the wait), the engine is checked as after any interrupted call."""
+    if isinstance(error, _core.CoreError):
+        raise translate(error) from error
+    engine = basics._state.engine  # None if a signal handler shut pyhorovod down meanwhile
+    if engine is not None:
+        _api._after_interrupt(engine)
+    raise error
 
 
 def _forget():

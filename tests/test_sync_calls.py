@@ -4,7 +4,7 @@ Checked over real processes with exact values: the prepared call is taken (count
 dtype, op, name or in-place form still gets the right result (a new prepared call); an array that does
 not fit (non-contiguous, read-only in place) still gets the full path's ValueError; a rank changing the
 shape alone still gets the mismatch error on every rank; another thread holding the synchronous name is
-still refused. The SyncCall's own fit check is tested directly at size 1."""
+still refused. The SyncCall's own fit check, its builtin-function entry and its errors are tested directly at size 1."""
 import threading
 
 import numpy as np
@@ -14,16 +14,22 @@ from mp import run_ranks
 
 
 def _count_prepared_runs():
-    """Wraps _sync_calls.run to count the calls that took a prepared call (it returned an array)."""
+    """Wraps each prepared call that _sync_calls files, to count the calls that took one (it returned an
+    array)."""
     from pyhorovod import _sync_calls
     hits = [0]
-    run = _sync_calls.run
+    prepare = _sync_calls.prepare
 
-    def counted(call, tensor, unnamed):
-        out = run(call, tensor, unnamed)
-        hits[0] += out is not None
-        return out
-    _sync_calls.run = counted
+    def counting_prepare(key, *args):
+        prepare(key, *args)
+        call = _sync_calls.prepared.get(key)
+        if call is not None:
+            def counted(tensor, call=call):
+                out = call(tensor)
+                hits[0] += out is not None
+                return out
+            _sync_calls.prepared[key] = counted
+    _sync_calls.prepare = counting_prepare
     return hits
 
 
@@ -114,6 +120,10 @@ def body_fit():
     out = call(x)
     assert out is not x and out.dtype == np.float32 and out.tolist() == [0.0, 2.0, 4.0]   # prescale 2
     assert x.tolist() == [0.0, 1.0, 2.0]
+    entry = call.entry()            # the same call as a builtin function, which keeps the SyncCall alive
+    del call
+    assert entry(x + 1).tolist() == [2.0, 4.0, 6.0] and entry(np.zeros(2, np.float32)) is None
+    call = entry
     for other in (np.arange(3, dtype=np.float64), np.arange(4, dtype=np.float32),
                   np.arange(3, dtype=np.float32).reshape(1, 3), np.arange(6, dtype=np.float32)[::2],
                   np.arange(3, dtype=">f4"), [0.0, 1.0, 2.0], None):
@@ -125,7 +135,11 @@ def body_fit():
     assert inplace(y) is None
     with pytest.raises(_core.InvalidArgumentError, match="op_type"):
         _core.SyncCall(e, _core.ALLGATHER, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+    with pytest.raises(_core.InvalidArgumentError, match="needs a name"):
+        _core.SyncCall(e, _core.ALLREDUCE, "", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
     hvd.shutdown()
+    with pytest.raises(_core.ShutdownError):   # the engine is gone: its errors come through the entry too
+        entry(x)
 
 
 def test_sync_call_fits_only_the_array_it_was_prepared_for():

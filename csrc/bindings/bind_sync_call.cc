@@ -4,18 +4,24 @@
 // the arguments changing: the array itself. So the call compares the array with the one the request was
 // prepared for (same dtype object, same shape, C-contiguous, writable when written in place) and, when
 // it differs, returns None without doing anything: the caller then takes its full path, which checks
-// everything again (and raises the usual ValueError for a bad array). The engine negotiates every call as
-// before (a changed shape on another rank is still a mismatch error), and validates the request.
+// everything again (and raises the usual ValueError for a bad array). The engine checks the request once,
+// when the SyncCall is made (engine/prepared_request.h), and negotiates every call as before (a changed
+// shape on another rank is still a mismatch error).
 //
 // Why not Engine.run_sync: its twelve converted arguments (a str, a list, ints, floats) and the output
 // allocated in Python cost as much as the engine's own work (benchmarks/RESULTS.md, "The express round").
+// Why entry(): calling the SyncCall object goes through its __call__ slot and pybind11's dispatcher
+// (argument loaders, overload loop); the builtin function entry() returns is called by the interpreter
+// directly, with the array as its one argument.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <vector>
 
 #include "bindings/bind_interrupt.h"
 #include "engine/engine.h"
+#include "engine/prepared_request.h"
 
 namespace py = pybind11;
 
@@ -27,23 +33,27 @@ class SyncCall {
  public:
   SyncCall(Engine& engine, int op_type, std::string name, int dtype, const py::array& example, int reduce_op,
            double prescale, double postscale, int root, int process_set, double timeout_s, bool inplace)
-      : engine_(engine), timeout_s_(timeout_s), inplace_(inplace) {
+      : engine_(engine), inplace_(inplace) {
     PHV_CHECK_ARG(op_type == static_cast<int>(OpType::ALLREDUCE) || op_type == static_cast<int>(OpType::BROADCAST),
                   "SyncCall: op_type must be ALLREDUCE or BROADCAST (an op whose output is its input's shape), got ",
                   op_type);
-    request_.type = static_cast<OpType>(op_type);
-    request_.name = std::move(name);
-    request_.dtype = static_cast<DataType>(dtype);
-    request_.reduce_op = static_cast<ReduceOp>(reduce_op);
-    request_.prescale = prescale;
-    request_.postscale = postscale;
-    request_.root = root;
-    request_.process_set = process_set;
+    Request request;
+    request.type = static_cast<OpType>(op_type);
+    request.name = std::move(name);
+    request.dtype = static_cast<DataType>(dtype);
+    request.reduce_op = static_cast<ReduceOp>(reduce_op);
+    request.prescale = prescale;
+    request.postscale = postscale;
+    request.root = root;
+    request.process_set = process_set;
     descr_ = py::reinterpret_borrow<py::object>(py::detail::array_proxy(example.ptr())->descr);
     for (py::ssize_t i = 0; i < example.ndim(); ++i) {
       dims_.push_back(example.shape(i));
-      request_.shape.push_back(example.shape(i));
+      request.shape.push_back(example.shape(i));
     }
+    // The example's buffer stands in for both while the request is checked; each call brings its own.
+    request.input = request.output = py::detail::array_proxy(example.ptr())->data;
+    prepared_ = engine_.prepare(std::move(request), timeout_s);
   }
 
   // The output array (the input itself in place), or None when `input` is not the array prepared for.
@@ -51,14 +61,48 @@ class SyncCall {
     if (!fits(input)) return py::none();
     py::object out = inplace_ ? py::reinterpret_borrow<py::object>(input)
                               : py::array(py::reinterpret_borrow<py::dtype>(descr_), dims_);
-    Request r = request_;
-    r.input = py::detail::array_proxy(input.ptr())->data;
-    r.output = py::detail::array_proxy(out.ptr())->data;
-    call_interruptible([&] { return engine_.run_sync(std::move(r), timeout_s_); });
+    const void* in = py::detail::array_proxy(input.ptr())->data;
+    void* to = py::detail::array_proxy(out.ptr())->data;
+    call_interruptible([&] { return engine_.run_prepared(*prepared_, in, to); });
     return out;
   }
 
+  // call() as a builtin function of one argument that holds a reference to this SyncCall's object.
+  static py::object entry(py::object self) {
+    static PyMethodDef def = {"prepared_call", reinterpret_cast<PyCFunction>(&SyncCall::run_entry), METH_O,
+                              "SyncCall.__call__ without pybind11's dispatch"};
+    PyObject* owner = self.release().ptr();
+    PyObject* capsule = PyCapsule_New(self_of(owner), kCapsuleName, [](PyObject* cap) {
+      Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(cap)));
+    });
+    if (capsule == nullptr) {
+      Py_DECREF(owner);
+      throw py::error_already_set();
+    }
+    PyCapsule_SetContext(capsule, owner);  // the capsule owns the reference: the SyncCall lives as long
+    py::object fn = py::reinterpret_steal<py::object>(PyCFunction_New(&def, capsule));
+    Py_DECREF(capsule);
+    if (!fn) throw py::error_already_set();
+    return fn;
+  }
+
  private:
+  static constexpr const char* kCapsuleName = "pyhorovod._core.SyncCall";
+
+  static SyncCall* self_of(PyObject* owner) { return py::handle(owner).cast<SyncCall*>(); }
+
+  static PyObject* run_entry(PyObject* capsule, PyObject* input) {
+    try {
+      auto* self = static_cast<SyncCall*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+      return self->call(input).release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+    } catch (...) {
+      py::detail::try_translate_exceptions();  // the module's translators: HvdError -> its CoreError class
+    }
+    return nullptr;
+  }
+
   bool fits(py::handle input) const {
     if (!py::isinstance<py::array>(input)) return false;
     const auto* a = py::detail::array_proxy(input.ptr());
@@ -72,10 +116,9 @@ class SyncCall {
   }
 
   Engine& engine_;  // kept alive by the Python object (keep_alive below)
-  Request request_;
+  std::shared_ptr<PreparedRequest> prepared_;
   py::object descr_;  // the numpy dtype object of the prepared array: compared by identity
   std::vector<py::ssize_t> dims_;
-  double timeout_s_;
   bool inplace_;
 };
 
@@ -87,7 +130,8 @@ void register_sync_call(py::module_& m) {
            py::arg("engine"), py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("example"),
            py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("process_set"),
            py::arg("timeout_s"), py::arg("inplace"), py::keep_alive<1, 2>())
-      .def("__call__", &SyncCall::call, py::arg("input"));
+      .def("__call__", &SyncCall::call, py::arg("input"))
+      .def("entry", &SyncCall::entry);
 }
 
 }  // namespace phv

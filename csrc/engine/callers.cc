@@ -24,7 +24,7 @@ std::string Callers::set_change_name(const std::string& what) {
   return what + "." + std::to_string(++next_set_change_);
 }
 
-void Callers::admit(const OpPtr& op) {
+void Callers::admit(const OpPtr& op, bool listed) {
   if (is_join(*op)) {
     PHV_CHECK_ARG(!join_in_flight_, "join: this rank already has a join() in flight");
     join_in_flight_ = true;
@@ -37,7 +37,7 @@ void Callers::admit(const OpPtr& op) {
   op->handle = next_handle_++;
   op->seq = next_seq_++;
   if (!is_join(*op)) in_flight_.emplace(op->desc.key(), op->handle);
-  handles_.emplace(op->handle, op);
+  if (listed) handles_.emplace(op->handle, op);
 }
 
 bool Callers::queue(const OpPtr& op) {

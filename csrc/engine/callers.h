@@ -31,8 +31,10 @@ class Callers {
   std::string auto_name(OpType type);
   std::string set_change_name(const std::string& what);  // locked; "add_process_set.3"
 
-  // Checks the name (or the one join) is free, numbers the request and gives it a handle.
-  void admit(const OpPtr& op);
+  // Checks the name (or the one join) is free, numbers the request and gives it a handle. The handle
+  // goes in the handle table only when `listed`: a caller that waits right away holds the Op itself, and
+  // nobody can poll or wait for a handle they were never given.
+  void admit(const OpPtr& op, bool listed = true);
   // Queues an admitted request for the next round; true when it starts a burst (the queue was empty).
   bool queue(const OpPtr& op);
   bool queue_empty() const { return incoming_.empty(); }

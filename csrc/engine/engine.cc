@@ -84,6 +84,12 @@ Result Engine::wait(Handle handle) { return impl_->core->wait(handle); }
 Result Engine::run_sync(Request request, double timeout_s) {
   return impl_->core->run_sync(std::move(request), timeout_s);
 }
+std::shared_ptr<PreparedRequest> Engine::prepare(Request request, double timeout_s) {
+  return impl_->core->prepare(std::move(request), timeout_s);
+}
+Result Engine::run_prepared(PreparedRequest& prepared, const void* input, void* output) {
+  return impl_->core->run_prepared(prepared, input, output);
+}
 int Engine::add_process_set(const std::vector<int>& ranks) { return impl_->core->add_process_set(ranks); }
 void Engine::remove_process_set(int id) { impl_->core->remove_process_set(id); }
 std::vector<int> Engine::process_set_ranks(int id) const { return impl_->core->process_set_ranks(id); }

@@ -13,6 +13,8 @@
 
 namespace phv {
 
+struct PreparedRequest;
+
 class Engine {
  public:
   explicit Engine(const EngineOptions& options);  // collective: connects and starts the thread
@@ -27,6 +29,10 @@ class Engine {
   // enqueue() + wait() for a caller that waits right away (same checks and errors; caller must not
   // hold the GIL): the calling thread runs the negotiation round, the background thread is not woken.
   Result run_sync(Request request, double timeout_s /* <=0: options.timeout_s */);
+  // A named request checked once (as enqueue() checks it), then run by run_prepared() with each call's
+  // buffers: run_sync() without rebuilding the request (engine/prepared_request.h).
+  std::shared_ptr<PreparedRequest> prepare(Request request, double timeout_s);
+  Result run_prepared(PreparedRequest& prepared, const void* input, void* output);
 
   int add_process_set(const std::vector<int>& ranks);  // collective over all ranks; returns id
   void remove_process_set(int id);                      // collective over all ranks

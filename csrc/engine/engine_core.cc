@@ -71,7 +71,7 @@ Handle EngineCore::submit(const OpPtr& op, Caller caller) {
                    "rank " + std::to_string(rank_) + ": cannot run " + kind_name(op->desc.kind) + " '" + op->desc.name +
                        "': " + (pacing_.stop_reason.empty() ? "pyhorovod has been shut down" : pacing_.stop_reason));
   }
-  callers_.admit(op);
+  callers_.admit(op, caller != Caller::WAITS_NOW);
   // Wake the background thread on the first enqueue of a burst only: it takes the whole queue. A
   // synchronous caller drives the round itself, so waking the thread would only cost a context switch.
   const bool waits_now = caller == Caller::WAITS_NOW;
@@ -93,9 +93,44 @@ Handle EngineCore::enqueue(Request request, double timeout_s) {
 
 Result EngineCore::run_sync(Request request, double timeout_s) {
   OpPtr op = make_op(std::move(request), timeout_s);
-  Handle handle = submit(op, Caller::WAITS_NOW);
+  submit(op, Caller::WAITS_NOW);
   std::unique_lock<std::mutex> lock(callers_.mutex());
-  return wait_locked(lock, handle, Caller::WAITS_NOW);
+  return wait_locked(lock, op, Caller::WAITS_NOW);
+}
+
+std::shared_ptr<PreparedRequest> EngineCore::prepare(Request request, double timeout_s) {
+  PHV_CHECK_ARG(!request.name.empty(), "a prepared ", op_type_name(request.type), " needs a name");
+  auto prepared = std::make_shared<PreparedRequest>();
+  prepared->blueprint = *make_op(std::move(request), timeout_s);
+  return prepared;
+}
+
+Result EngineCore::run_prepared(PreparedRequest& prepared, const void* input, void* output) {
+  OpPtr op;
+  const bool owner = !prepared.in_use.exchange(true, std::memory_order_acquire);
+  struct Release {
+    std::atomic<bool>* flag;
+    ~Release() {
+      if (flag) flag->store(false, std::memory_order_release);
+    }
+  } release{owner ? &prepared.in_use : nullptr};
+  if (owner && prepared.reusable && prepared.reusable.use_count() == 1) {
+    // The engine's last writes to it (done under the callers' mutex) come before its last reference
+    // was dropped; the fence pairs with that drop.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    op = prepared.reusable;
+    *op = prepared.blueprint;
+  } else {
+    op = std::make_shared<Op>(prepared.blueprint);
+    if (owner) prepared.reusable = op;
+  }
+  op->req.input = input;
+  op->req.output = output;
+  op->enqueued = Clock::now();
+  op->deadline = deadline_after(op->timeout_s);
+  submit(op, Caller::WAITS_NOW);
+  std::unique_lock<std::mutex> lock(callers_.mutex());
+  return wait_locked(lock, op, Caller::WAITS_NOW);
 }
 
 OpPtr EngineCore::make_op(Request request, double timeout_s) {
@@ -121,14 +156,14 @@ OpPtr EngineCore::make_op(Request request, double timeout_s) {
 
 Result EngineCore::wait(Handle handle) {
   std::unique_lock<std::mutex> lock(callers_.mutex());
-  return wait_locked(lock, handle, Caller::WILL_WAIT_LATER);
+  OpPtr op = callers_.find(handle);
+  PHV_CHECK_ARG(op != nullptr, "unknown handle ", handle, " (already waited for?)");
+  return wait_locked(lock, op, Caller::WILL_WAIT_LATER);
 }
 
-Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, Caller caller) {
+Result EngineCore::wait_locked(std::unique_lock<std::mutex>& lock, const OpPtr& op, Caller caller) {
   const bool counted = caller == Caller::WAITS_NOW;
-  OpPtr op = callers_.find(handle);
-  if (!op && counted) --pacing_.callers_waiting;
-  PHV_CHECK_ARG(op != nullptr, "unknown handle ", handle, " (already waited for?)");
+  const Handle handle = op->handle;
   // The engine resolves every request by its deadline (a TIMEOUT verdict at worst); the margin only
   // guards against a stuck engine thread, so that no caller ever waits forever.
   Deadline limit =

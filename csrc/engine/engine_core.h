@@ -34,6 +34,7 @@
 #include "engine/engine_options.h"
 #include "engine/engine_pacing.h"
 #include "engine/gpu_setup.h"
+#include "engine/prepared_request.h"
 #include "engine/process_set.h"
 #include "engine/response_cache.h"
 #include "engine/runner.h"
@@ -55,6 +56,10 @@ class EngineCore {
   // caller runs the rounds itself) and the op never waits for a burst to gather. Same checks, names,
   // negotiation and errors as enqueue() followed by wait().
   Result run_sync(Request request, double timeout_s);
+  // A request checked once (the same checks as enqueue(); it must be named: automatic names are per
+  // call) and run many times by run_prepared(), which is run_sync() with this call's buffers.
+  std::shared_ptr<PreparedRequest> prepare(Request request, double timeout_s);
+  Result run_prepared(PreparedRequest& prepared, const void* input, void* output);
   int add_process_set(const std::vector<int>& ranks);
   void remove_process_set(int id);
   std::vector<int> process_set_ranks(int id) const { return sets_.ranks(id); }
@@ -84,7 +89,7 @@ class EngineCore {
   enum class Caller { WILL_WAIT_LATER, WAITS_NOW };
   // Under no lock; checks duplicates and the stopped state.
   Handle submit(const OpPtr& op, Caller caller = Caller::WILL_WAIT_LATER);
-  Result wait_locked(std::unique_lock<std::mutex>& lock, Handle handle, Caller caller);
+  Result wait_locked(std::unique_lock<std::mutex>& lock, const OpPtr& op, Caller caller);
   void loop();
   bool background_due() const;  // under the mutex: should the background thread run a round now?
   void run_round();             // holding round_mu_: one negotiation round and its execution

@@ -2,7 +2,10 @@
 // thread not woken): exact sums over many rounds (the response cache and the inline reduce of small
 // cached tensors included), mixed with asynchronous requests of other ranks, a shape mismatch that fails
 // on every rank and leaves the engine usable, a duplicate name refused before communication, and a
-// timeout when one rank never submits. Ranks are threads over MemoryTransport; every wait is bounded.
+// timeout when one rank never submits. Also prepared requests (EngineCore::prepare / run_prepared): new
+// buffers every call, exact sums, and the same errors (a shape mismatch, a name in flight) after which the
+// prepared request still runs. Ranks are threads over MemoryTransport; every wait is bounded.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -90,10 +93,69 @@ void test_errors(int p) {
   });
 }
 
+void test_prepared(int p) {
+  run_engines(p, "prepared", sync_options(), [&](EngineCore& e, int r, Barrier&) {
+    std::vector<float> seed1(1, 0.f), seed(1000, 0.f), none(1000);  // stand-ins while the requests are checked
+    auto small = e.prepare(req("prep1", seed1, none), 0);
+    auto large = e.prepare(req("prep1000", seed, none), 0);
+    // Two pairs of buffers in turn: each call must use the buffers it is given, not the last ones.
+    std::vector<std::vector<float>> ins(2, std::vector<float>(1000)), outs(2, std::vector<float>(1000));
+    for (int i = 0; i < 200; ++i) {
+      std::vector<float>& in = ins[i % 2];
+      std::vector<float>& out = outs[i % 2];
+      std::fill(in.begin(), in.end(), static_cast<float>(r + i));
+      std::fill(out.begin(), out.end(), -1.f);
+      float want = static_cast<float>(p * i + p * (p - 1) / 2);
+      e.run_prepared(*small, in.data(), out.data());
+      CHECK(out[0] == want && out[1] == -1.f, "p=%d rank %d iter %d small: %g != %g", p, r, i, out[0], want);
+      e.run_prepared(*large, in.data(), out.data());
+      CHECK(out[0] == want && out[999] == want, "p=%d rank %d iter %d large: %g != %g", p, r, i, out[999], want);
+    }
+    // In place: input and output the same buffer.
+    std::vector<float> both(1000, 2.f);
+    e.run_prepared(*large, both.data(), both.data());
+    CHECK(both[500] == 2.f * p, "in place: %g", both[500]);
+    // The name in flight through enqueue(): refused at once; then the prepared request runs again.
+    std::vector<float> a(1, 1.f), b(1);
+    Handle h = e.enqueue(req("prep1", a, b), 0);
+    try {
+      e.run_prepared(*small, a.data(), b.data());
+      CHECK(false, "rank %d: a prepared request ran while its name was in flight", r);
+    } catch (const HvdError& err) {
+      CHECK(err.kind() == ErrorKind::INVALID_ARGUMENT, "%s", err.what());
+    }
+    e.wait(h);
+    CHECK(b[0] == static_cast<float>(p), "enqueued prep1: %g", b[0]);
+    // One rank prepared another shape under the same name: the mismatch on every rank, every time.
+    std::vector<float> shaped(r == p - 1 ? 4 : 3, 1.f), shaped_out(4);
+    auto odd = e.prepare(req("odd", shaped, shaped_out), 0);
+    for (int i = 0; i < 2 && p > 1; ++i) {
+      try {
+        e.run_prepared(*odd, shaped.data(), shaped_out.data());
+        CHECK(false, "rank %d: shape mismatch not reported", r);
+      } catch (const HvdError& err) {
+        CHECK(std::string(err.what()).find("Mismatched allreduce tensor shapes") != std::string::npos, "%s",
+              err.what());
+      }
+    }
+    a[0] = 3.f;
+    e.run_prepared(*small, a.data(), b.data());
+    CHECK(b[0] == 3.f * p, "prepared request unusable after errors: %g", b[0]);
+    // A prepared request needs a name: automatic names are given per call.
+    try {
+      e.prepare(req("", a, b), 0);
+      CHECK(false, "an unnamed request was prepared");
+    } catch (const HvdError& err) {
+      CHECK(err.kind() == ErrorKind::INVALID_ARGUMENT, "%s", err.what());
+    }
+  });
+}
+
 }  // namespace
 
 int main() {
   for (int p : {1, 2, 4}) test_sums(p);
   for (int p : {2, 3}) test_errors(p);
+  for (int p : {1, 2, 4}) test_prepared(p);
   return finish("engine_sync_test");
 }

@@ -88,7 +88,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
             key = call = None
         if call is not None:
             try:
-                result = call(tensor) if name else _sync_calls.run_unnamed(call, tensor)
+                result = call(tensor) if name else _sync_calls.run_unnamed(call, tensor, _core.ALLREDUCE)
             except BaseException as e:
                 _sync_calls.reraise(e)
             if result is not None:   # None: the prepared call does not fit this array
@@ -117,7 +117,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
     out = arr if inplace else np.empty_like(arr, order="C")
     _api.run_sync(_core.ALLREDUCE, name, code, arr.shape, arr, out, op, prescale, postscale, 0, ps_id, timeout)
     if key is not None and ps_id == 0:
-        _sync_calls.prepare(key, code, arr, op, name)
+        _sync_calls.prepare(key, _core.ALLREDUCE, code, arr, name, inplace, op, prescale, postscale)
     return tensor if inplace else out
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from pyhorovod import _api, _core, _cuda_arrays, basics, process_sets
+from pyhorovod import _api, _core, _cuda_arrays, _sync_calls, basics, process_sets
 from pyhorovod._api import Average, Op
 from pyhorovod._buffers import as_host_array as _as_array, dtype_code, host_pointer as _ptr, is_cuda_array
 from pyhorovod._collective_shapes import at_least_1d, check_splits, reducescatter_shape
@@ -116,14 +116,37 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
 
     {errors}
     """
-    return _broadcast_async(tensor, root_rank, name, process_set, dtype, False, timeout, _api.submit_sync)
+    return _broadcast_sync(tensor, root_rank, name, process_set, dtype, False, timeout)
 
 
 def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set, dtype: Union[None, str, int, np.dtype] = None,
                timeout: Optional[float] = None) -> Any:
     """As :func:`broadcast`, writing the root's values into ``tensor``; returns ``tensor``."""
-    return _broadcast_async(tensor, root_rank, name, process_set, dtype, True, timeout, _api.submit_sync)
+    return _broadcast_sync(tensor, root_rank, name, process_set, dtype, True, timeout)
+
+
+def _broadcast_sync(tensor, root_rank, name, process_set, dtype, inplace, timeout):
+    """broadcast/broadcast_: a numpy array in the global set with the default dtype and timeout takes a
+    prepared call (pyhorovod/_sync_calls.py) when one with the same name, root and form was made before;
+    everything else, and the first such call, the full path (which then files the prepared call)."""
+    key = None
+    if (type(tensor) is np.ndarray and type(root_rank) is int and dtype is None and timeout is None
+            and process_set is global_process_set):
+        key = (_core.BROADCAST, name, root_rank, inplace)   # the allreduce keys are 5-tuples: never equal
+        try:
+            call = _sync_calls.prepared.get(key)
+        except TypeError:  # an unhashable name: the full path says what is wrong with it
+            key = call = None
+        if call is not None:
+            result = _sync_calls.run(call, tensor, name, _core.BROADCAST)
+            if result is not None:
+                return result
+    result = _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout, _api.submit_sync)
+    if key is not None and process_set.process_set_id == 0:
+        _sync_calls.prepare(key, _core.BROADCAST, dtype_code(tensor, None, "broadcast"), tensor, name, inplace,
+                            root=root_rank)
+    return result
 
 
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,

@@ -27,31 +27,40 @@ from pyhorovod.errors import translate
 # grow it without bound: beyond the capacity a key is simply not prepared).
 prepared = {}
 _CAPACITY = 1024
-_ALLREDUCE_KEY = (_core.ALLREDUCE, 0)   # the synchronous name's claim key (_api._sync_names_busy)
 
 
-def prepare(key, code, arr, reduce_op, name) -> None:
-    """Files a prepared call for `key` (after a full-path call with these arguments succeeded)."""
+def prepare(key, op_type, code, arr, name, inplace, reduce_op=0, prescale=1.0, postscale=1.0, root=0) -> None:
+    """Files a prepared call of `op_type` (ALLREDUCE or BROADCAST, global set) for `key`, after a
+    full-path call with these arguments succeeded."""
     if key is None or (len(prepared) >= _CAPACITY and key not in prepared):
         return
-    _, _, prescale, postscale, inplace = key
-    sync_name = name or _api._sync_name(_ALLREDUCE_KEY)
-    prepared[key] = _core.SyncCall(basics.engine(), _core.ALLREDUCE, sync_name, code, arr, reduce_op,
-                                    prescale, postscale, 0, 0, 0.0, inplace).entry()
+    sync_name = name or _api._sync_name((op_type, 0))
+    prepared[key] = _core.SyncCall(basics.engine(), op_type, sync_name, code, arr, reduce_op, prescale, postscale,
+                                    root, 0, 0.0, inplace).entry()
 
 
-def run_unnamed(call, tensor):
+def run_unnamed(call, tensor, op_type):
     """call(tensor) for an unnamed call: the output, or None when the prepared call does not fit `tensor`
     or another thread holds the synchronous name (the full path then decides, and refuses when it must).
     It claims the reusable synchronous name as _api.run_sync does; `setdefault` is one atomic step, so two
     threads cannot both take it. A named call needs no claim: its caller calls `call` itself."""
     me = threading.get_ident()
-    if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(_ALLREDUCE_KEY, me) != me:
+    claim = (op_type, 0)   # the synchronous name's claim key (_api._sync_names_busy)
+    if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(claim, me) != me:
         return None
     try:
         return call(tensor)
     finally:
-        _api._sync_names_busy.pop(_ALLREDUCE_KEY, None)
+        _api._sync_names_busy.pop(claim, None)
+
+
+def run(call, tensor, name, op_type):
+    """The output of a prepared call, or None when it does not fit `tensor` (see run_unnamed); errors
+    as reraise() says. (The blocking allreduce does this inline: a frame is a tenth of its call.)"""
+    try:
+        return call(tensor) if name else run_unnamed(call, tensor, op_type)
+    except BaseException as e:
+        reraise(e)
 
 
 def reraise(error: BaseException):

@@ -20,8 +20,8 @@ def _count_prepared_runs():
     hits = [0]
     prepare = _sync_calls.prepare
 
-    def counting_prepare(key, *args):
-        prepare(key, *args)
+    def counting_prepare(key, *args, **kwargs):
+        prepare(key, *args, **kwargs)
         call = _sync_calls.prepared.get(key)
         if call is not None:
             def counted(tensor, call=call):
@@ -101,6 +101,48 @@ def body_changes(iterations):
     hvd.shutdown()
     assert not _sync_calls.prepared  # the cache belongs to the engine that is gone
     return hits[0]
+
+
+def body_broadcast(iterations):
+    """Blocking broadcasts take prepared calls too (the engine carries them in its express round): exact
+    values from every root, in place or not, named or not, with changes of root, dtype and shape."""
+    import pyhorovod as hvd
+    from pyhorovod import _sync_calls
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    hits = _count_prepared_runs()
+    streams = []   # (array of this rank, root, name, in place, expected)
+    for root in range(n):
+        streams.append((np.full(2, 10 * r + 1, np.float32), root, None, False, np.full(2, 10 * root + 1, np.float32)))
+    streams += [
+        (np.arange(3, dtype=np.int64) + r, n - 1, "b", False, np.arange(3, dtype=np.int64) + n - 1),
+        (np.full((2, 2), r, np.float64), 0, "b", True, np.zeros((2, 2))),                    # in place, new shape
+        (np.full(64, r, np.uint8), n - 1, None, True, np.full(64, n - 1, np.uint8)),
+        (np.full(1000, r, np.float32), 0, None, False, np.zeros(1000, np.float32)),          # above the inline size
+    ]
+    for x, root, name, inplace, want in streams:
+        for i in range(iterations):
+            arg = x + i if x.dtype != np.uint8 else x.copy()
+            expect = want + i if x.dtype != np.uint8 else want
+            got = (hvd.broadcast_ if inplace else hvd.broadcast)(arg, root, name=name)
+            assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, expect), (x, root, i)
+            assert (got is arg) == inplace
+    assert hits[0] == len(streams) * (iterations - 1), hits
+    # A root out of range is still refused after a prepared call for a valid one.
+    hvd.broadcast(np.ones(2, np.float32), 0)
+    with pytest.raises(ValueError, match="root_rank"):
+        hvd.broadcast(np.ones(2, np.float32), n)
+    with pytest.raises(ValueError, match="root_rank"):
+        hvd.broadcast(np.ones(2, np.float32), True)
+    assert _sync_calls.prepared
+    hvd.shutdown()
+    return hits[0]
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_prepared_broadcasts_exact_from_every_root(size):
+    results = run_ranks(body_broadcast, size, timeout=180, args=(6,))
+    assert len({res.value for res in results}) == 1
 
 
 @pytest.mark.parametrize("size", [2, 3])

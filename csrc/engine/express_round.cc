@@ -49,6 +49,8 @@ void ExpressRound::begin(const RankMessage& msg) {
     h.ready = 1;
     h.pos = rec.pos;
     h.len = static_cast<uint32_t>(rec.data.size());
+    const Desc& d = cache_.entry(rec.pos).desc;
+    h.has_root = d.kind == kDescBroadcast && d.root == transport_.rank();  // inline only in the global set
     std::memcpy(mine_.data() + kHeaderBytes, rec.data.data(), rec.data.size());
   }
   at_ = 0;
@@ -104,6 +106,13 @@ void ExpressRound::combine_step() {
     return;
   }
   const Desc& d = cache_.entry(me.pos).desc;
+  if (d.kind == kDescBroadcast) {
+    if (peer.has_root && !me.has_root) {
+      std::memcpy(mine_.data() + kHeaderBytes, theirs_.data() + kHeaderBytes, me.len);
+      me.has_root = 1;
+    }
+    return;
+  }
   const ReduceOp op = d.op == ReduceOp::AVERAGE ? ReduceOp::SUM : d.op;  // the postscale divides (finish_inline)
   const size_t count = me.len / dtype_size(d.dtype);
   uint8_t* mine = mine_.data() + kHeaderBytes;

@@ -7,9 +7,12 @@
 namespace phv {
 
 bool inline_eligible(const Desc& d) {
-  // Adasum is not element-wise: reduce_inline's kernel cannot do it.
-  return d.kind == kDescAllreduce && d.op != ReduceOp::ADASUM && d.device < 0 && d.group_size == 0 && d.bytes() > 0 &&
-         d.bytes() <= kInlineBytes;
+  // Adasum is not element-wise: reduce_inline's kernel cannot do it. A broadcast only in the global set:
+  // there every rank is a member, which the express round (express_round.h) needs for a hit, so a small
+  // broadcast in a smaller set never turns express mode on only to miss it.
+  const bool kind_ok = (d.kind == kDescAllreduce && d.op != ReduceOp::ADASUM && d.group_size == 0) ||
+                       (d.kind == kDescBroadcast && d.set == 0);
+  return kind_ok && d.device < 0 && d.bytes() > 0 && d.bytes() <= kInlineBytes;
 }
 
 void append_inline(RankMessage& m, int pos, const Op& op) {
@@ -18,7 +21,7 @@ void append_inline(RankMessage& m, int pos, const Op& op) {
   size_t bytes = op.desc.bytes();
   rec.data.resize(bytes);
   std::memcpy(rec.data.data(), op.req.input, bytes);
-  if (op.desc.prescale != 1.0)
+  if (op.desc.kind == kDescAllreduce && op.desc.prescale != 1.0)
     scale_buffer(rec.data.data(), static_cast<size_t>(op.desc.count()), op.desc.dtype, op.desc.prescale);
 }
 
@@ -34,6 +37,15 @@ const InlineData* find_inline(const RankMessage& m, int pos) {
 bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
                    const std::vector<uint8_t>& joined, std::vector<uint8_t>& out) {
   size_t bytes = d.bytes();
+  if (d.kind == kDescBroadcast) {
+    for (int m : members) {
+      const InlineData* rec = find_inline(msgs[static_cast<size_t>(m)], pos);
+      if (rec == nullptr || rec->data.size() != bytes) return false;
+    }
+    const InlineData* root = find_inline(msgs[static_cast<size_t>(members[static_cast<size_t>(d.root)])], pos);
+    out.assign(root->data.begin(), root->data.end());
+    return true;
+  }
   ReduceOp op = d.op == ReduceOp::AVERAGE ? ReduceOp::SUM : d.op;
   bool first = true;
   for (int m : members) {
@@ -55,9 +67,12 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 void finish_inline(const ResponseItem& item, Op& op, int set_size) {
   const Desc& d = *item.agreed;
   std::memcpy(op.req.output, item.data.data(), item.data.size());
+  op.result.output_shape = d.shape;
+  if (d.kind == kDescBroadcast) return;
   double post = d.op == ReduceOp::AVERAGE ? d.postscale / set_size : d.postscale;
   if (post != 1.0) scale_buffer(op.req.output, static_cast<size_t>(d.count()), d.dtype, post);
-  op.result.output_shape = d.shape;
 }
+
+const char* inline_span(const Desc& d) { return d.kind == kDescBroadcast ? "BROADCAST" : "ALLREDUCE"; }
 
 }  // namespace phv

@@ -1,4 +1,4 @@
-// Small allreduces carried by the negotiation round itself.
+// Small allreduces and broadcasts carried by the negotiation round itself.
 //
 // A cached allreduce of at most kInlineBytes (a loss, a metric, a counter) would otherwise cost a round
 // (gather + broadcast) and then a collective of its own. Instead each rank puts its (prescaled) bytes
@@ -7,6 +7,10 @@
 // whole operation is one gather + broadcast. When some member is not ready yet the bytes are simply
 // dropped and sent again next round, like the bit. A member that has joined contributes nothing (the
 // identity). Every rank receives the coordinator's bytes, so all ranks hold bit-identical results.
+//
+// A small broadcast of the global set rides the same way: every rank sends its bytes (so that the packet
+// has one shape whoever the root is), and the "reduction" keeps the root's. It needs every member ready:
+// a joined member sends the request down the ordinary path, which knows what a join means for it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,12 +27,15 @@ bool inline_eligible(const Desc& d);
 // Worker: appends this request's input (times its prescale) for bit position `pos`.
 void append_inline(RankMessage& m, int pos, const Op& op);
 
-// Coordinator: if every non-joined member sent bytes for pos, writes their reduction into `out` and
-// returns true; false (out untouched) otherwise.
+// Coordinator: if every non-joined member sent bytes for pos, writes their reduction (a broadcast: the
+// root's bytes) into `out` and returns true; false (out untouched) otherwise.
 bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
                    const std::vector<uint8_t>& joined, std::vector<uint8_t>& out);
 
 // Every rank: copies an INLINE item's result into the request's output and applies the postscale.
 void finish_inline(const ResponseItem& item, Op& op, int set_size);
+
+// The timeline's name for the execution of an inline request ("ALLREDUCE", "BROADCAST").
+const char* inline_span(const Desc& d);
 
 }  // namespace phv

@@ -56,10 +56,10 @@ Runner::Outcome Runner::execute(const ResponseList& resp) {
         ++stats_.inlined;
         OpPtr op = find_pending(*item.agreed);
         if (op) {
-          if (tl) timeline_.begin(op->desc.key(), "ALLREDUCE", now);
+          if (tl) timeline_.begin(op->desc.key(), inline_span(op->desc), now);
           finish_inline(item, *op, sets_.size_of(item.agreed->set));
           tap_output(*op);
-          if (tl) timeline_.end(op->desc.key(), "ALLREDUCE", Clock::now());
+          if (tl) timeline_.end(op->desc.key(), inline_span(op->desc), Clock::now());
           pending_.erase(op->desc.key());
           finished_.push_back(op);
         }

@@ -1,7 +1,8 @@
 // The express round without threads: every rank of an in-memory world has its own ExpressRound over an
 // agreed cache, and one thread steps them all until each is done. World sizes 1 to 5 (3 and 5 exercise
 // the fix-up pairs of a non-power of two). Checks that every rank takes the same branch, that a hit
-// holds the exact reduction, and that any rank not ready for the same request makes everyone miss.
+// holds the exact reduction (a broadcast: the root's bytes, from every root), and that any rank not ready
+// for the same request makes everyone miss.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -121,6 +122,32 @@ void test_hit(int p, DataType dt, ReduceOp op, const std::string& what) {
   }
 }
 
+// A small broadcast from each root in turn: a hit, and every rank holds exactly the root's bytes.
+void test_broadcast(int p) {
+  for (int root = 0; root < p; ++root) {
+    World w(p);
+    Desc d = make_desc("b", DataType::INT32, ReduceOp::SUM, 5);
+    d.kind = desc_kind(OpType::BROADCAST);
+    d.root = root;
+    w.cache_everywhere(d);
+    std::vector<std::vector<int32_t>> in(static_cast<size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      in[static_cast<size_t>(r)] = {r, 10 * r, -r, 7, 100 + r};
+      w.report(r, d, in[static_cast<size_t>(r)].data());
+    }
+    std::string what = "broadcast from root " + std::to_string(root);
+    std::string got = w.run(what);
+    expect(got == "hit", w.tag() + what + ": a hit", got);
+    if (got != "hit") continue;
+    const std::vector<int32_t>& want = in[static_cast<size_t>(root)];
+    for (int r = 0; r < p; ++r) {
+      const std::vector<uint8_t>& res = w.result(r);
+      expect(res.size() == sizeof(int32_t) * 5 && std::memcmp(res.data(), want.data(), res.size()) == 0,
+             w.tag() + what + ": rank " + std::to_string(r) + " holds the root's bytes");
+    }
+  }
+}
+
 // One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses.
 void test_misses(int p) {
   World w(p);
@@ -192,6 +219,7 @@ int main() {
     test_hit<int32_t>(p, DataType::INT32, ReduceOp::MIN, "int32 min");
     test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product");
     test_misses(p);
+    test_broadcast(p);
   }
   return finish("express_round_test");
 }

@@ -76,7 +76,7 @@ class ExpressRound {
   int at_ = 0;  // the schedule step in flight
   bool done_ = true;
   bool hit_ = false;
-  std::vector<uint8_t> mine_;    // my packet, combined in place
+  std::vector<uint8_t> mine_;  // my packet, combined in place
   std::vector<uint8_t> theirs_;  // the peer's packet
   std::vector<RequestId> completed_;
   ResponseList resp_;

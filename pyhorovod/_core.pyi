@@ -106,14 +106,17 @@ class Result:
     value: int
 
 class SyncCall:
-    # A prepared synchronous allreduce/broadcast (pyhorovod/_sync_calls.py): the request of `example`
-    # (its dtype object and shape) with everything but the buffers filled in; keeps `engine` alive.
+    # A prepared synchronous allreduce, broadcast, reducescatter, allgather or alltoall (equal splits)
+    # (pyhorovod/_sync_calls.py): the request of `example` (its dtype object and shape) with everything
+    # but the buffers filled in, checked by the engine now; keeps `engine` alive. inplace: allreduce and
+    # broadcast only; out_shape: a reducescatter's output shape (this rank's block).
     def __init__(self, engine: "Engine", op_type: int, name: str, dtype: int, example: Any, reduce_op: int,
                  prescale: float, postscale: float, root: int, process_set: int, timeout_s: float,
-                 inplace: bool) -> None: ...
+                 inplace: bool, out_shape: Sequence[int] = ()) -> None: ...
     # Runs it on `input` (enqueue + wait, as Engine.run_sync) and returns the output (a new array, or
-    # input itself in place); None, doing nothing, when input is not a numpy array of the example's
-    # dtype object and shape, C-contiguous (and writable in place).
+    # input itself in place; allgather/alltoall: an array owning the engine's bytes); None, doing
+    # nothing, when input is not a numpy array of the example's dtype object and shape, C-contiguous (and
+    # writable in place).
     def __call__(self, input: Any) -> Optional[Any]: ...
     # __call__ as a builtin function of one argument that keeps this SyncCall alive: the interpreter
     # calls it directly, without pybind11's dispatch (pyhorovod/_sync_calls.py files these).

@@ -67,7 +67,8 @@ def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional
 
 
 _prepared_get = _sync_calls.prepared.get
-_ndarray = np.ndarray   # a module global: `np.ndarray` is a module attribute look-up on every call
+_ndarray = np.ndarray   # module globals: `np.ndarray` is a module attribute look-up on every call
+_ALLREDUCE = _core.ALLREDUCE
 # dtype -> _core code of the dtypes seen so far (dtype_code costs microseconds: dtype.name is Python code)
 _CODE_CACHE = {}
 
@@ -81,7 +82,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
     key = None
     if (type(tensor) is _ndarray and dtype is None and timeout is None and average is None
             and process_set is global_process_set and type(prescale) is float and type(postscale) is float):
-        key = (name, op, prescale, postscale, inplace)   # _sync_calls.py says why these
+        key = (_ALLREDUCE, name, op, prescale, postscale, inplace)   # _sync_calls.py says why these
         try:
             call = _prepared_get(key)
         except TypeError:  # an unhashable name or op: the full path says what is wrong with it

@@ -64,7 +64,15 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet =
 
     {errors}
     """
-    return _allgather(tensor, name, process_set, dtype, timeout, _api.submit_sync)
+    key = None
+    if _preparable(tensor, process_set, dtype, timeout):
+        result, key = _sync_calls.lookup((_core.ALLGATHER, name), tensor, name)
+        if result is not None:
+            return result
+    result = _allgather(tensor, name, process_set, dtype, timeout, _api.submit_sync)
+    if key is not None and process_set.process_set_id == 0:
+        _sync_calls.prepare(key, _core.ALLGATHER, dtype_code(tensor, None, "allgather"), tensor, name)
+    return result
 
 
 def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout=None, run=_api.submit):
@@ -131,22 +139,21 @@ def _broadcast_sync(tensor, root_rank, name, process_set, dtype, inplace, timeou
     prepared call (pyhorovod/_sync_calls.py) when one with the same name, root and form was made before;
     everything else, and the first such call, the full path (which then files the prepared call)."""
     key = None
-    if (type(tensor) is np.ndarray and type(root_rank) is int and dtype is None and timeout is None
-            and process_set is global_process_set):
-        key = (_core.BROADCAST, name, root_rank, inplace)   # the allreduce keys are 5-tuples: never equal
-        try:
-            call = _sync_calls.prepared.get(key)
-        except TypeError:  # an unhashable name: the full path says what is wrong with it
-            key = call = None
-        if call is not None:
-            result = _sync_calls.run(call, tensor, name, _core.BROADCAST)
-            if result is not None:
-                return result
+    if type(root_rank) is int and _preparable(tensor, process_set, dtype, timeout):
+        result, key = _sync_calls.lookup((_core.BROADCAST, name, root_rank, inplace), tensor, name)
+        if result is not None:
+            return result
     result = _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout, _api.submit_sync)
     if key is not None and process_set.process_set_id == 0:
         _sync_calls.prepare(key, _core.BROADCAST, dtype_code(tensor, None, "broadcast"), tensor, name, inplace,
                             root=root_rank)
     return result
+
+
+def _preparable(tensor, process_set, dtype, timeout) -> bool:
+    """Whether a blocking call may take a prepared call (pyhorovod/_sync_calls.py): a numpy array in the
+    global set with the default dtype and timeout."""
+    return type(tensor) is np.ndarray and dtype is None and timeout is None and process_set is global_process_set
 
 
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
@@ -194,7 +201,15 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
 
     {errors}
     """
-    return _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit_sync)
+    key = None
+    if splits is None and _preparable(tensor, process_set, dtype, timeout):
+        result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor, name)
+        if result is not None:
+            return result
+    result = _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit_sync)
+    if key is not None and process_set.process_set_id == 0:
+        _sync_calls.prepare(key, _core.ALLTOALL, dtype_code(tensor, None, "alltoall"), tensor, name)
+    return result
 
 
 def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -249,5 +264,17 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
 
     {errors}
     """
-    return _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,
-                          _api.submit_sync)
+    key = None
+    if (type(prescale_factor) is float and type(postscale_factor) is float
+            and _preparable(tensor, process_set, dtype, timeout)):
+        result, key = _sync_calls.lookup((_core.REDUCESCATTER, name, op, prescale_factor, postscale_factor),
+                                         tensor, name)
+        if result is not None:
+            return result
+    result = _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,
+                            _api.submit_sync)
+    if key is not None and process_set.process_set_id == 0:
+        _sync_calls.prepare(key, _core.REDUCESCATTER, dtype_code(tensor, None, "reducescatter"), tensor, name,
+                            reduce_op=_api.resolve_op(op, None), prescale=prescale_factor,
+                            postscale=postscale_factor, out_shape=result.shape)
+    return result

@@ -1,21 +1,24 @@
-"""Prepared synchronous calls: the short way through a blocking allreduce that was made before.
+"""Prepared synchronous calls: the short way through a blocking collective that was made before.
 
 A *prepared call* is a _core.SyncCall (csrc/bindings/bind_sync_call.cc): the engine request of one
-blocking allreduce with everything but the arrays filled in (op type, name, dtype code, shape, reduce op,
-scales), checked once by the engine. `_numpy_allreduce` makes one
-after a call whose arguments passed every check, and files it under the arguments that decided the request
-(the *key*: name, op, prescale, postscale, in place or not). The next call with the same key hands the
-prepared call its array and nothing else; the prepared call compares the array with the one it was made
-for (dtype, shape, contiguity, writability) and returns None when they differ, which sends the caller
-down its full path (every check again, then a new prepared call). So no check a user relies on is skipped:
-arguments that are not in the key (dtype=, timeout=, average=, a process set other than the global one,
-anything but a numpy array) never take this way, and the engine negotiates every call as before.
+blocking allreduce, broadcast, reducescatter, allgather or alltoall with everything but the arrays filled
+in (op type, name, dtype code, shape, reduce op, scales, root), checked once by the engine. The numpy
+API (`_numpy_allreduce`, `_numpy_exchange`) makes one after a call whose arguments passed every check,
+and files it under the arguments that decided the request (the *key*: the op type, then the name and
+that op's own arguments, e.g. op, prescale, postscale and in place or not for an allreduce). The next
+call with the same key hands the prepared call its array and nothing else; the prepared call compares the
+array with the one it was made for (dtype, shape, contiguity, writability) and returns None when they
+differ, which sends the caller down its full path (every check again, then a new prepared call). So no
+check a user relies on is skipped: arguments that are not in the key (dtype=, timeout=, average=,
+alltoall's splits, a process set other than the global one, anything but a numpy array) never take this
+way, and the engine negotiates every call as before.
 
-The key holds the arguments as given: (name, op, prescale, postscale, in place), the scales only when
-they are floats. op None is not the same key as op=Average (both are correct: the first call of each
-just takes the full path); keys that compare equal (op=1 and op=True) get the same treatment from the
-full path too, and an unhashable name or op never makes a key. Only a call whose full path succeeded
-files a prepared call. The cache belongs to one engine: shutdown and fork clear it.
+The key holds the arguments as given, the scales only when they are floats and a root only when it is
+an int. op None is not the same key as op=Average (both are correct: the first call of each just takes
+the full path); keys that compare equal (op=1 and op=True) get the same treatment from the full path
+too, and an unhashable name or op never makes a key. The op type comes first, so two op types never
+share a key. Only a call whose full path succeeded files a prepared call. The cache belongs to one
+engine: shutdown and fork clear it.
 """
 import threading
 
@@ -29,14 +32,27 @@ prepared = {}
 _CAPACITY = 1024
 
 
-def prepare(key, op_type, code, arr, name, inplace, reduce_op=0, prescale=1.0, postscale=1.0, root=0) -> None:
-    """Files a prepared call of `op_type` (ALLREDUCE or BROADCAST, global set) for `key`, after a
-    full-path call with these arguments succeeded."""
+def prepare(key, op_type, code, arr, name, inplace=False, reduce_op=0, prescale=1.0, postscale=1.0, root=0,
+            out_shape=()) -> None:
+    """Files a prepared call of `op_type` (global set) for `key`, after a full-path call with these
+    arguments succeeded. out_shape: a reducescatter's output shape."""
     if key is None or (len(prepared) >= _CAPACITY and key not in prepared):
         return
     sync_name = name or _api._sync_name((op_type, 0))
     prepared[key] = _core.SyncCall(basics.engine(), op_type, sync_name, code, arr, reduce_op, prescale, postscale,
-                                    root, 0, 0.0, inplace).entry()
+                                    root, 0, 0.0, inplace, list(out_shape)).entry()
+
+
+def lookup(key, tensor, name):
+    """(result, key): the output of the prepared call filed under `key` (key[0] is the op type), or None
+    when there is none or it does not fit `tensor`; key is None when it cannot be one (unhashable)."""
+    try:
+        call = prepared.get(key)
+    except TypeError:  # an unhashable name or op: the full path says what is wrong with it
+        return None, None
+    if call is None:
+        return None, key
+    return run(call, tensor, name, key[0]), key
 
 
 def run_unnamed(call, tensor, op_type):
@@ -56,7 +72,8 @@ def run_unnamed(call, tensor, op_type):
 
 def run(call, tensor, name, op_type):
     """The output of a prepared call, or None when it does not fit `tensor` (see run_unnamed); errors
-    as reraise() says. (The blocking allreduce does this inline: a frame is a tenth of its call.)"""
+    as reraise() says. (The blocking allreduce does this and lookup() inline: a frame is a tenth of its
+    call.)"""
     try:
         return call(tensor) if name else run_unnamed(call, tensor, op_type)
     except BaseException as e:

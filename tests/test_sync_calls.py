@@ -139,6 +139,49 @@ def body_broadcast(iterations):
     return hits[0]
 
 
+def body_exchange(iterations):
+    """Blocking allgather, alltoall and reducescatter take prepared calls: exact values, ranks with
+    different first dimensions (allgather), uneven blocks (reducescatter), another rank changing its shape
+    (the engine's result says the new gathered shape), and alltoall with splits still on its full path."""
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    hits = _count_prepared_runs()
+    for i in range(iterations):
+        mine = np.full((r + 1, 2), r + i, np.float32)                     # rank r has r+1 rows
+        got = hvd.allgather(mine, name="g")
+        want = np.concatenate([np.full((k + 1, 2), k + i, np.float32) for k in range(n)])
+        assert got.dtype == np.float32 and np.array_equal(got, want), (i, got)
+        rows = 2 if (i >= 3 and r == 0) else 1                             # rank 0 grows from call 3 on
+        got = hvd.allgather(np.full(rows, 7 * r + i, np.int64))
+        want = np.concatenate([np.full(2 if (i >= 3 and k == 0) else 1, 7 * k + i, np.int64) for k in range(n)])
+        assert np.array_equal(got, want), (i, got)
+        x = np.arange(3 * n, dtype=np.float64).reshape(n, 3) + 100 * r + i  # row j goes to rank j
+        got = hvd.alltoall(x, name="t")
+        want = np.stack([np.arange(3 * r, 3 * r + 3, dtype=np.float64) + 100 * k + i for k in range(n)])
+        assert np.array_equal(got, want), (i, got)
+        y = np.arange(n + 1, dtype=np.int32) + r + i                       # n+1 rows: rank 0 keeps two
+        got = hvd.reducescatter(y, op=hvd.Sum, name="rs")
+        full = sum(np.arange(n + 1, dtype=np.int32) + k + i for k in range(n))
+        start = 0 if r == 0 else r + 1
+        assert got.dtype == np.int32 and np.array_equal(got, full[start:start + (2 if r == 0 else 1)]), (i, got)
+        z = np.full(n, 2.0 * (r + 1), np.float32)
+        got = hvd.reducescatter(z, prescale_factor=0.5)                    # Average of r+1: (n+1)/2
+        assert np.array_equal(got, np.full(1, (n + 1) / 2, np.float32)), (i, got)
+    # allgather's second stream changed shape once on rank 0 (a new prepared call there, a cached one
+    # elsewhere); every other stream took the prepared call from its second call on.
+    assert hits[0] >= 4 * (iterations - 1), hits
+    out, received = hvd.alltoall(np.arange(n, dtype=np.int64), splits=[1] * n, name="t")   # splits: full path
+    assert np.array_equal(out, np.full(n, r, np.int64)) and received.tolist() == [1] * n
+    hvd.shutdown()
+    return hits[0]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_prepared_exchanges_exact(size):
+    run_ranks(body_exchange, size, timeout=180, args=(6,))
+
+
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_prepared_broadcasts_exact_from_every_root(size):
     results = run_ranks(body_broadcast, size, timeout=180, args=(6,))
@@ -176,7 +219,14 @@ def body_fit():
     y.flags.writeable = False
     assert inplace(y) is None
     with pytest.raises(_core.InvalidArgumentError, match="op_type"):
-        _core.SyncCall(e, _core.ALLGATHER, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+        _core.SyncCall(e, _core.BARRIER, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+    with pytest.raises(_core.InvalidArgumentError, match="in place"):
+        _core.SyncCall(e, _core.ALLGATHER, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, True)
+    with pytest.raises(_core.InvalidArgumentError, match="out_shape"):
+        _core.SyncCall(e, _core.ALLREDUCE, "no", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False, [1])
+    gather = _core.SyncCall(e, _core.ALLGATHER, "g", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+    got = gather(x)                       # one rank: the gathered array is its own, in a new array
+    assert got.dtype == np.float32 and got.tolist() == [0.0, 1.0, 2.0] and got.base is not x
     with pytest.raises(_core.InvalidArgumentError, match="needs a name"):
         _core.SyncCall(e, _core.ALLREDUCE, "", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
     hvd.shutdown()

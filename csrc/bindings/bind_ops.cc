@@ -8,6 +8,7 @@
 
 #include "bindings/bind_buffer.h"
 #include "bindings/bind_interrupt.h"
+#include "bindings/owned_array.h"
 #include "engine/engine.h"
 
 namespace py = pybind11;
@@ -16,15 +17,11 @@ namespace phv {
 
 namespace {
 
-using Bytes = std::shared_ptr<std::vector<uint8_t>>;
-
-// A uint8 array over the engine's output bytes that owns them (a capsule holds the shared_ptr): no copy.
+// A flat uint8 array over the engine's output bytes that owns them (owned_array.h): no copy.
 py::object output_array(const Result& r) {
   if (!r.output) return py::none();
-  auto* holder = new Bytes(r.output);
-  py::capsule owner(holder, [](void* p) { delete static_cast<Bytes*>(p); });
-  return py::array_t<uint8_t>({static_cast<py::ssize_t>(r.output->size())}, {static_cast<py::ssize_t>(1)},
-                              r.output->data(), owner);
+  std::vector<py::ssize_t> flat{static_cast<py::ssize_t>(r.output->size())};
+  return owned_array(r.output, py::dtype::of<uint8_t>(), flat);
 }
 
 // Engine-allocated device memory (allgather/alltoall of CUDA tensors) as a flat uint8 buffer exposing

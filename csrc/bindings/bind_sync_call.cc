@@ -1,12 +1,15 @@
 // _core.SyncCall: a prepared synchronous request (contract: pyhorovod/_core.pyi). The Python layer of a
-// blocking allreduce checks its arguments once, for the first call with a given (name, op, scales); the
-// calls after it hand over only the array. What stays per call is what can change between calls without
+// blocking allreduce, broadcast, reducescatter, allgather or alltoall checks its arguments once, for the
+// first call with given arguments (name, op, scales, root); the calls after it hand over only the array. What stays per call is what can change between calls without
 // the arguments changing: the array itself. So the call compares the array with the one the request was
 // prepared for (same dtype object, same shape, C-contiguous, writable when written in place) and, when
 // it differs, returns None without doing anything: the caller then takes its full path, which checks
 // everything again (and raises the usual ValueError for a bad array). The engine checks the request once,
 // when the SyncCall is made (engine/prepared_request.h), and negotiates every call as before (a changed
-// shape on another rank is still a mismatch error).
+// shape on another rank is still a mismatch error, or for an allgather a new gathered shape). The output:
+// the input itself (in place), a new array of the input's shape (allreduce, broadcast) or of out_shape
+// (reducescatter: this rank's block), or the bytes the engine allocated, owned by the array (allgather,
+// alltoall: their shape is known only once every rank's is).
 //
 // Why not Engine.run_sync: its twelve converted arguments (a str, a list, ints, floats) and the output
 // allocated in Python cost as much as the engine's own work (benchmarks/RESULTS.md, "The express round").
@@ -15,11 +18,13 @@
 // directly, with the array as its one argument.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 #include <vector>
 
 #include "bindings/bind_interrupt.h"
+#include "bindings/owned_array.h"
 #include "engine/engine.h"
 #include "engine/prepared_request.h"
 
@@ -32,13 +37,21 @@ namespace {
 class SyncCall {
  public:
   SyncCall(Engine& engine, int op_type, std::string name, int dtype, const py::array& example, int reduce_op,
-           double prescale, double postscale, int root, int process_set, double timeout_s, bool inplace)
+           double prescale, double postscale, int root, int process_set, double timeout_s, bool inplace,
+           const std::vector<py::ssize_t>& out_shape)
       : engine_(engine), inplace_(inplace) {
-    PHV_CHECK_ARG(op_type == static_cast<int>(OpType::ALLREDUCE) || op_type == static_cast<int>(OpType::BROADCAST),
-                  "SyncCall: op_type must be ALLREDUCE or BROADCAST (an op whose output is its input's shape), got ",
+    const auto type = static_cast<OpType>(op_type);
+    PHV_CHECK_ARG(type == OpType::ALLREDUCE || type == OpType::BROADCAST || type == OpType::REDUCESCATTER ||
+                      type == OpType::ALLGATHER || type == OpType::ALLTOALL,
+                  "SyncCall: op_type must be ALLREDUCE, BROADCAST, REDUCESCATTER, ALLGATHER or ALLTOALL, got ",
                   op_type);
+    PHV_CHECK_ARG(!inplace || type == OpType::ALLREDUCE || type == OpType::BROADCAST,
+                  "SyncCall: only an allreduce or a broadcast runs in place");
+    PHV_CHECK_ARG(type == OpType::REDUCESCATTER || out_shape.empty(),
+                  "SyncCall: out_shape is for a reducescatter (its output is one block of the input)");
+    engine_output_ = type == OpType::ALLGATHER || type == OpType::ALLTOALL;
     Request request;
-    request.type = static_cast<OpType>(op_type);
+    request.type = type;
     request.name = std::move(name);
     request.dtype = static_cast<DataType>(dtype);
     request.reduce_op = static_cast<ReduceOp>(reduce_op);
@@ -51,17 +64,24 @@ class SyncCall {
       dims_.push_back(example.shape(i));
       request.shape.push_back(example.shape(i));
     }
-    // The example's buffer stands in for both while the request is checked; each call brings its own.
-    request.input = request.output = py::detail::array_proxy(example.ptr())->data;
+    out_dims_ = type == OpType::REDUCESCATTER ? out_shape : dims_;
+    // The example's buffer stands in while the request is checked; each call brings its own. An
+    // allgather or alltoall writes into bytes the engine allocates (Result.output).
+    request.input = py::detail::array_proxy(example.ptr())->data;
+    if (!engine_output_) request.output = const_cast<void*>(request.input);
     prepared_ = engine_.prepare(std::move(request), timeout_s);
   }
 
   // The output array (the input itself in place), or None when `input` is not the array prepared for.
   py::object call(py::handle input) {
     if (!fits(input)) return py::none();
-    py::object out = inplace_ ? py::reinterpret_borrow<py::object>(input)
-                              : py::array(py::reinterpret_borrow<py::dtype>(descr_), dims_);
     const void* in = py::detail::array_proxy(input.ptr())->data;
+    auto dtype = py::reinterpret_borrow<py::dtype>(descr_);
+    if (engine_output_) {
+      Result r = call_interruptible([&] { return engine_.run_prepared(*prepared_, in, nullptr); });
+      return owned_array(r.output, dtype, r.output_shape);
+    }
+    py::object out = inplace_ ? py::reinterpret_borrow<py::object>(input) : py::array(dtype, out_dims_);
     void* to = py::detail::array_proxy(out.ptr())->data;
     call_interruptible([&] { return engine_.run_prepared(*prepared_, in, to); });
     return out;
@@ -118,7 +138,9 @@ class SyncCall {
   Engine& engine_;  // kept alive by the Python object (keep_alive below)
   std::shared_ptr<PreparedRequest> prepared_;
   py::object descr_;  // the numpy dtype object of the prepared array: compared by identity
-  std::vector<py::ssize_t> dims_;
+  std::vector<py::ssize_t> dims_;  // the input's shape, which a call's array must have
+  std::vector<py::ssize_t> out_dims_;  // the output's, when the caller allocates it
+  bool engine_output_ = false;  // allgather, alltoall: the engine allocates the output
   bool inplace_;
 };
 
@@ -126,10 +148,12 @@ class SyncCall {
 
 void register_sync_call(py::module_& m) {
   py::class_<SyncCall>(m, "SyncCall")
-      .def(py::init<Engine&, int, std::string, int, const py::array&, int, double, double, int, int, double, bool>(),
+      .def(py::init<Engine&, int, std::string, int, const py::array&, int, double, double, int, int, double, bool,
+                    const std::vector<py::ssize_t>&>(),
            py::arg("engine"), py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("example"),
            py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("process_set"),
-           py::arg("timeout_s"), py::arg("inplace"), py::keep_alive<1, 2>())
+           py::arg("timeout_s"), py::arg("inplace"), py::arg("out_shape") = std::vector<py::ssize_t>(),
+           py::keep_alive<1, 2>())
       .def("__call__", &SyncCall::call, py::arg("input"))
       .def("entry", &SyncCall::entry);
 }

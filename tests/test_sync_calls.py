@@ -182,6 +182,53 @@ def test_prepared_exchanges_exact(size):
     run_ranks(body_exchange, size, timeout=180, args=(6,))
 
 
+def body_torch(iterations):
+    """pyhorovod.torch's named blocking calls on contiguous CPU tensors take the same prepared calls;
+    a tensor that needs a gradient, a bfloat16 one, a strided one and an unnamed call keep their full
+    paths, with exact values either way."""
+    import torch
+
+    import pyhorovod.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    hits = _count_prepared_runs()
+    tri = n * (n + 1) // 2
+    for i in range(iterations):
+        x = torch.full((3,), float(r + 1 + i))
+        assert torch.equal(hvd.allreduce(x, op=hvd.Sum, name="a"), torch.full((3,), float(tri + n * i)))
+        assert torch.equal(x, torch.full((3,), float(r + 1 + i)))                # input untouched
+        y = torch.full((2,), r + i, dtype=torch.int64)
+        assert hvd.allreduce_(y, op=hvd.Max, name="a_") is y and torch.equal(y, torch.full((2,), n - 1 + i))
+        b = torch.full((4,), float(10 * r + i))
+        assert torch.equal(hvd.broadcast(b, n - 1, name="b"), torch.full((4,), float(10 * (n - 1) + i)))
+        assert hvd.broadcast_(b, 0, name="b_") is b and torch.equal(b, torch.full((4,), float(i)))
+        g = hvd.allgather(torch.full((r + 1,), r + i, dtype=torch.int32), name="g")
+        assert torch.equal(g, torch.cat([torch.full((k + 1,), k + i, dtype=torch.int32) for k in range(n)]))
+        t = hvd.alltoall(torch.arange(n, dtype=torch.float64) + 10 * r + i, name="t")
+        assert torch.equal(t, torch.tensor([10.0 * k + i + r for k in range(n)], dtype=torch.float64))
+        s = hvd.reducescatter(torch.full((n,), float(r + i)), op=hvd.Sum, name="s")
+        assert torch.equal(s, torch.full((1,), float(n * (n - 1) // 2 + n * i)))
+    assert hits[0] == 7 * (iterations - 1), hits
+    before = hits[0]
+    w = torch.full((2,), float(r + 1), requires_grad=True)                     # autograd: full path
+    out = hvd.allreduce(w, op=hvd.Sum, name="w")
+    out.sum().backward()
+    assert torch.equal(out.detach(), torch.full((2,), float(tri))) and torch.equal(w.grad, torch.full((2,), float(n)))
+    for _ in range(3):
+        h = torch.full((2,), 1.5, dtype=torch.bfloat16)                         # no numpy view: full path
+        assert torch.equal(hvd.allreduce(h, op=hvd.Sum, name="h"), torch.full((2,), 1.5 * n, dtype=torch.bfloat16))
+        z = (torch.arange(8.0) + r)[::2]                                        # strided: full path
+        assert torch.equal(hvd.allreduce(z, op=hvd.Sum, name="z"), torch.arange(8.0)[::2] * n + n * (n - 1) // 2)
+        assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))   # unnamed
+    assert hits[0] == before, hits
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_prepared_torch_calls(size):
+    run_ranks(body_torch, size, timeout=180, args=(5,))
+
+
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_prepared_broadcasts_exact_from_every_root(size):
     results = run_ranks(body_broadcast, size, timeout=180, args=(6,))

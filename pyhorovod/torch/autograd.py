@@ -16,10 +16,10 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from pyhorovod import _api
+from pyhorovod import _api, _core
 from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
-from pyhorovod.torch import ops
+from pyhorovod.torch import _prepared, ops
 from pyhorovod.torch.compression import Compression
 
 
@@ -100,10 +100,18 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
         HorovodTimeoutError: not every rank of the set submitted the request in time.
         HorovodInternalError: the collective failed (a peer died, a connection broke).
     """
+    key = None
+    if compression is Compression.none and average is None and process_set is global_process_set:
+        key = _prepared.allreduce_key(tensor, name, op, prescale_factor, postscale_factor, False)
+        out = _prepared.run(key, tensor)
+        if out is not None:
+            return out
     op = cv.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     out = HorovodAllreduce.apply(compressed, name, op, float(prescale_factor), float(postscale_factor),
                                  process_set)
+    if key is not None:
+        _prepared.file(key, tensor, reduce_op=op, prescale=prescale_factor, postscale=postscale_factor)
     return compression.decompress(out, ctx)
 
 
@@ -178,7 +186,12 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
         HorovodTimeoutError: not every rank of the set submitted the request in time.
         HorovodInternalError: the collective failed (a peer died, a connection broke).
     """
-    return HorovodAllgather.apply(tensor, name, process_set)
+    key = _prepared.exchange_key(tensor, _core.ALLGATHER, name) if process_set is global_process_set else None
+    out = _prepared.run(key, tensor)
+    if out is None:
+        out = HorovodAllgather.apply(tensor, name, process_set)
+        _prepared.file(key, tensor)
+    return out
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
@@ -223,7 +236,13 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
         HorovodTimeoutError: not every rank of the set submitted the request in time.
         HorovodInternalError: the collective failed (a peer died, a connection broke).
     """
-    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    key = _prepared.broadcast_key(tensor, root_rank, name, False) if process_set is global_process_set else None
+    out = _prepared.run(key, tensor)
+    if out is not None:
+        return out
+    out = HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    _prepared.file(key, tensor, root=root_rank)
+    return out
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -263,7 +282,14 @@ def alltoall(tensor: torch.Tensor, splits: Union[None, Sequence[int], torch.Tens
         HorovodTimeoutError: not every rank of the set submitted the request in time.
         HorovodInternalError: the collective failed (a peer died, a connection broke).
     """
+    key = None
+    if splits is None and process_set is global_process_set:
+        key = _prepared.exchange_key(tensor, _core.ALLTOALL, name)
+        out = _prepared.run(key, tensor)
+        if out is not None:
+            return out
     out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    _prepared.file(key, tensor)
     return out if splits is None else (out, received)
 
 
@@ -335,10 +361,18 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression:
         HorovodTimeoutError: not every rank of the set submitted the request in time.
         HorovodInternalError: the collective failed (a peer died, a connection broke).
     """
-    op = cv.check_op(_api.resolve_op(op, None))
+    key = None
+    if compression is Compression.none and process_set is global_process_set:
+        key = _prepared.exchange_key(tensor, _core.REDUCESCATTER, name, op, prescale_factor, postscale_factor)
+        out = _prepared.run(key, tensor)
+        if out is not None:
+            return out
+    op_code = cv.check_op(_api.resolve_op(op, None))
     compressed, ctx = compression.compress(tensor)
-    out = HorovodReducescatter.apply(compressed, name, op, process_set, float(prescale_factor),
+    out = HorovodReducescatter.apply(compressed, name, op_code, process_set, float(prescale_factor),
                                      float(postscale_factor))
+    _prepared.file(key, tensor, reduce_op=op_code, prescale=prescale_factor, postscale=postscale_factor,
+                   out_shape=tuple(out.shape))
     return compression.decompress(out, ctx)
 
 

@@ -18,6 +18,7 @@ from pyhorovod._api import Op
 from pyhorovod._collective_shapes import check_split_values
 from pyhorovod.process_sets import ProcessSet, global_process_set
 from pyhorovod.torch import _convert as cv
+from pyhorovod.torch import _prepared
 
 poll = _api.poll
 synchronize = _api.synchronize
@@ -120,8 +121,16 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
     Returns:
         ``tensor``, now holding the reduction.
     """
-    return _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
-                            process_set, run=_api.submit_sync)
+    key = None
+    if average is None and process_set is global_process_set:
+        key = _prepared.allreduce_key(tensor, name, op, prescale_factor, postscale_factor, True)
+        if _prepared.run(key, tensor) is not None:
+            return tensor
+    out = _allreduce_async([tensor], True, False, average, name, op, prescale_factor, postscale_factor,
+                           process_set, run=_api.submit_sync)
+    _prepared.file(key, tensor, inplace=True, reduce_op=cv.resolve_op(op, None), prescale=prescale_factor,
+                   postscale=postscale_factor)
+    return out
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -263,7 +272,12 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     Returns:
         ``tensor``.
     """
-    return _broadcast_async(tensor, root_rank, name, process_set, True, run=_api.submit_sync)
+    key = _prepared.broadcast_key(tensor, root_rank, name, True) if process_set is global_process_set else None
+    if _prepared.run(key, tensor) is not None:
+        return tensor
+    out = _broadcast_async(tensor, root_rank, name, process_set, True, run=_api.submit_sync)
+    _prepared.file(key, tensor, inplace=True, root=root_rank)
+    return out
 
 
 # ---------------------------------------------------------------- alltoall

@@ -1,0 +1,74 @@
+"""Blocking torch collectives through prepared calls (pyhorovod/_sync_calls.py).
+
+A contiguous CPU tensor of a dtype numpy also has is, for the engine, the same buffer as its numpy view
+(`tensor.numpy()` shares the memory), and the same arguments make the same engine request whichever API
+made it. So a named blocking allreduce(_), broadcast(_), allgather, alltoall (without splits) or reducescatter on such
+a tensor looks up the prepared call the numpy API files, under the same key, and files one after its own
+full path succeeded.
+What takes this way and why:
+- named calls only: an unnamed torch call takes its full path (an automatic name per call), and ranks must
+  agree on names, which they could not if one rank's call were prepared and another's were not;
+- no gradient: a tensor that requires one goes through autograd (pyhorovod/torch/autograd.py);
+- the global set, no compression, average= unused, float scale factors (the numpy key's rules).
+The cost this saves is the torch layer's own (autograd's Function, argument checks): a 4 B allreduce's
+time falls to about the numpy API's.
+"""
+import torch
+
+from pyhorovod import _core, _sync_calls
+from pyhorovod._buffers import dtype_code
+
+# torch dtypes whose tensors have a numpy view (bfloat16 has none: it keeps its full path)
+_VIEWABLE = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                       torch.int64, torch.uint8, torch.bool))
+_ALLREDUCE, _BROADCAST = _core.ALLREDUCE, _core.BROADCAST
+
+
+def _view(tensor):
+    """The tensor's memory as a numpy array, or None when it has no such view (see above)."""
+    if (type(tensor) is torch.Tensor and tensor.dtype in _VIEWABLE and not tensor.requires_grad
+            and tensor.device.type == "cpu" and tensor.is_contiguous()):
+        return tensor.numpy()
+    return None
+
+
+def allreduce_key(tensor, name, op, prescale, postscale, inplace):
+    """The prepared-call key of a torch allreduce, or None when the call cannot take one."""
+    if name and type(prescale) is float and type(postscale) is float and _view(tensor) is not None:
+        return (_ALLREDUCE, name, op, prescale, postscale, inplace)
+    return None
+
+
+def broadcast_key(tensor, root_rank, name, inplace):
+    """The prepared-call key of a torch broadcast, or None when the call cannot take one."""
+    if name and type(root_rank) is int and _view(tensor) is not None:
+        return (_BROADCAST, name, root_rank, inplace)
+    return None
+
+
+def exchange_key(tensor, op_type, name, *args):
+    """The prepared-call key of a torch allgather, alltoall (no splits) or reducescatter (args: op,
+    prescale, postscale), or None when the call cannot take one."""
+    if name and all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
+        return (op_type, name) + args
+    return None
+
+
+def run(key, tensor):
+    """The result of the prepared call filed under `key` on `tensor` (a new tensor; `tensor` itself in
+    place), or None: none filed, or it does not fit (the caller then takes its full path)."""
+    if key is None:
+        return None
+    arr = tensor.numpy()
+    out, _ = _sync_calls.lookup(key, arr, key[1])
+    if out is None:
+        return None
+    return tensor if out is arr else torch.from_numpy(out)
+
+
+def file(key, tensor, **request) -> None:
+    """Files the prepared call for `key` after the full path ran `tensor` with these arguments (the
+    keywords of _sync_calls.prepare: inplace, reduce_op, prescale, postscale, root, out_shape)."""
+    if key is not None:
+        arr = tensor.numpy()
+        _sync_calls.prepare(key, key[0], dtype_code(arr, None, "prepared call"), arr, key[1], **request)

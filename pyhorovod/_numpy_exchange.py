@@ -202,7 +202,9 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     {errors}
     """
     key = None
-    if splits is None and _preparable(tensor, process_set, dtype, timeout):
+    # Named only: an unnamed alltoall's full path takes a per-call automatic name (its equal splits are
+    # spelt out, which the synchronous name does not carry), so ranks must not mix the two ways.
+    if splits is None and name and _preparable(tensor, process_set, dtype, timeout):
         result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor, name)
         if result is not None:
             return result

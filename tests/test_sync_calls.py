@@ -183,9 +183,9 @@ def test_prepared_exchanges_exact(size):
 
 
 def body_torch(iterations):
-    """pyhorovod.torch's named blocking calls on contiguous CPU tensors take the same prepared calls;
-    a tensor that needs a gradient, a bfloat16 one, a strided one and an unnamed call keep their full
-    paths, with exact values either way."""
+    """pyhorovod.torch's blocking calls on contiguous CPU tensors take the same prepared calls, named or
+    not; a tensor that needs a gradient, a bfloat16 one, a strided one and an unnamed alltoall keep their
+    full paths, with exact values either way."""
     import torch
 
     import pyhorovod.torch as hvd
@@ -208,7 +208,9 @@ def body_torch(iterations):
         assert torch.equal(t, torch.tensor([10.0 * k + i + r for k in range(n)], dtype=torch.float64))
         s = hvd.reducescatter(torch.full((n,), float(r + i)), op=hvd.Sum, name="s")
         assert torch.equal(s, torch.full((1,), float(n * (n - 1) // 2 + n * i)))
-    assert hits[0] == 7 * (iterations - 1), hits
+        u = hvd.allreduce(torch.full((2,), float(r + i)), op=hvd.Sum)           # unnamed
+        assert torch.equal(u, torch.full((2,), float(n * (n - 1) // 2 + n * i)))
+    assert hits[0] == 8 * (iterations - 1), hits
     before = hits[0]
     w = torch.full((2,), float(r + 1), requires_grad=True)                     # autograd: full path
     out = hvd.allreduce(w, op=hvd.Sum, name="w")
@@ -219,7 +221,8 @@ def body_torch(iterations):
         assert torch.equal(hvd.allreduce(h, op=hvd.Sum, name="h"), torch.full((2,), 1.5 * n, dtype=torch.bfloat16))
         z = (torch.arange(8.0) + r)[::2]                                        # strided: full path
         assert torch.equal(hvd.allreduce(z, op=hvd.Sum, name="z"), torch.arange(8.0)[::2] * n + n * (n - 1) // 2)
-        assert torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)))   # unnamed
+        got = hvd.alltoall(torch.full((n,), float(r)))                          # unnamed alltoall: full path
+        assert torch.equal(got, torch.arange(n, dtype=torch.float32))
     assert hits[0] == before, hits
     hvd.shutdown()
 

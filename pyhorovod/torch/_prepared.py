@@ -2,12 +2,12 @@
 
 A contiguous CPU tensor of a dtype numpy also has is, for the engine, the same buffer as its numpy view
 (`tensor.numpy()` shares the memory), and the same arguments make the same engine request whichever API
-made it. So a named blocking allreduce(_), broadcast(_), allgather, alltoall (without splits) or reducescatter on such
+made it. So a blocking allreduce(_), broadcast(_), allgather, alltoall (without splits) or reducescatter on such
 a tensor looks up the prepared call the numpy API files, under the same key, and files one after its own
 full path succeeded.
 What takes this way and why:
-- named calls only: an unnamed torch call takes its full path (an automatic name per call), and ranks must
-  agree on names, which they could not if one rank's call were prepared and another's were not;
+- unnamed calls too, as in the numpy API: both ways use the same reusable synchronous name (an alltoall
+  only when named: its full path gives an unnamed call a per-call automatic name);
 - no gradient: a tensor that requires one goes through autograd (pyhorovod/torch/autograd.py);
 - the global set, no compression, average= unused, float scale factors (the numpy key's rules).
 The cost this saves is the torch layer's own (autograd's Function, argument checks): a 4 B allreduce's
@@ -34,14 +34,14 @@ def _view(tensor):
 
 def allreduce_key(tensor, name, op, prescale, postscale, inplace):
     """The prepared-call key of a torch allreduce, or None when the call cannot take one."""
-    if name and type(prescale) is float and type(postscale) is float and _view(tensor) is not None:
+    if type(prescale) is float and type(postscale) is float and _view(tensor) is not None:
         return (_ALLREDUCE, name, op, prescale, postscale, inplace)
     return None
 
 
 def broadcast_key(tensor, root_rank, name, inplace):
     """The prepared-call key of a torch broadcast, or None when the call cannot take one."""
-    if name and type(root_rank) is int and _view(tensor) is not None:
+    if type(root_rank) is int and _view(tensor) is not None:
         return (_BROADCAST, name, root_rank, inplace)
     return None
 
@@ -49,7 +49,7 @@ def broadcast_key(tensor, root_rank, name, inplace):
 def exchange_key(tensor, op_type, name, *args):
     """The prepared-call key of a torch allgather, alltoall (no splits) or reducescatter (args: op,
     prescale, postscale), or None when the call cannot take one."""
-    if name and all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
+    if (name or op_type != _core.ALLTOALL) and all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
         return (op_type, name) + args
     return None
 

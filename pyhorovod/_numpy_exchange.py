@@ -171,7 +171,10 @@ def _alltoall(tensor, splits, name, process_set, dtype, timeout, run):
     at_least_1d(arr.shape, "alltoall")
     code = dtype_code(arr, dtype, "alltoall")
     values = check_splits(splits, arr.shape[0], len(ps.ranks))
-    op = Op(_core.ALLTOALL, code, arr.shape, _ptr(arr), 0, name=name or "", splits=tuple(values),
+    # Equal parts go as no splits (the engine splits evenly): a blocking call then takes the synchronous
+    # path, and an unnamed one the same reusable name as its prepared call (pyhorovod/_sync_calls.py).
+    op = Op(_core.ALLTOALL, code, arr.shape, _ptr(arr), 0, name=name or "",
+            splits=() if splits is None else tuple(values),
             process_set=ps.process_set_id, timeout=_api.check_timeout(timeout))
 
     def finalize(rs):
@@ -202,9 +205,7 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     {errors}
     """
     key = None
-    # Named only: an unnamed alltoall's full path takes a per-call automatic name (its equal splits are
-    # spelt out, which the synchronous name does not carry), so ranks must not mix the two ways.
-    if splits is None and name and _preparable(tensor, process_set, dtype, timeout):
+    if splits is None and _preparable(tensor, process_set, dtype, timeout):
         result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor, name)
         if result is not None:
             return result

@@ -157,9 +157,10 @@ def body_exchange(iterations):
         want = np.concatenate([np.full(2 if (i >= 3 and k == 0) else 1, 7 * k + i, np.int64) for k in range(n)])
         assert np.array_equal(got, want), (i, got)
         x = np.arange(3 * n, dtype=np.float64).reshape(n, 3) + 100 * r + i  # row j goes to rank j
-        got = hvd.alltoall(x, name="t")
-        want = np.stack([np.arange(3 * r, 3 * r + 3, dtype=np.float64) + 100 * k + i for k in range(n)])
-        assert np.array_equal(got, want), (i, got)
+        for name in ("t", None):
+            got = hvd.alltoall(x, name=name)
+            want = np.stack([np.arange(3 * r, 3 * r + 3, dtype=np.float64) + 100 * k + i for k in range(n)])
+            assert np.array_equal(got, want), (i, name, got)
         y = np.arange(n + 1, dtype=np.int32) + r + i                       # n+1 rows: rank 0 keeps two
         got = hvd.reducescatter(y, op=hvd.Sum, name="rs")
         full = sum(np.arange(n + 1, dtype=np.int32) + k + i for k in range(n))
@@ -170,7 +171,7 @@ def body_exchange(iterations):
         assert np.array_equal(got, np.full(1, (n + 1) / 2, np.float32)), (i, got)
     # allgather's second stream changed shape once on rank 0 (a new prepared call there, a cached one
     # elsewhere); every other stream took the prepared call from its second call on.
-    assert hits[0] >= 4 * (iterations - 1), hits
+    assert hits[0] >= 5 * (iterations - 1), hits
     out, received = hvd.alltoall(np.arange(n, dtype=np.int64), splits=[1] * n, name="t")   # splits: full path
     assert np.array_equal(out, np.full(n, r, np.int64)) and received.tolist() == [1] * n
     hvd.shutdown()
@@ -184,8 +185,8 @@ def test_prepared_exchanges_exact(size):
 
 def body_torch(iterations):
     """pyhorovod.torch's blocking calls on contiguous CPU tensors take the same prepared calls, named or
-    not; a tensor that needs a gradient, a bfloat16 one, a strided one and an unnamed alltoall keep their
-    full paths, with exact values either way."""
+    not; a tensor that needs a gradient, a bfloat16 one, a strided one and an alltoall with splits keep
+    their full paths, with exact values either way."""
     import torch
 
     import pyhorovod.torch as hvd
@@ -210,7 +211,9 @@ def body_torch(iterations):
         assert torch.equal(s, torch.full((1,), float(n * (n - 1) // 2 + n * i)))
         u = hvd.allreduce(torch.full((2,), float(r + i)), op=hvd.Sum)           # unnamed
         assert torch.equal(u, torch.full((2,), float(n * (n - 1) // 2 + n * i)))
-    assert hits[0] == 8 * (iterations - 1), hits
+        v = hvd.alltoall(torch.full((n,), float(r + i)))                        # unnamed
+        assert torch.equal(v, torch.arange(n, dtype=torch.float32) + i)
+    assert hits[0] == 9 * (iterations - 1), hits
     before = hits[0]
     w = torch.full((2,), float(r + 1), requires_grad=True)                     # autograd: full path
     out = hvd.allreduce(w, op=hvd.Sum, name="w")
@@ -221,7 +224,7 @@ def body_torch(iterations):
         assert torch.equal(hvd.allreduce(h, op=hvd.Sum, name="h"), torch.full((2,), 1.5 * n, dtype=torch.bfloat16))
         z = (torch.arange(8.0) + r)[::2]                                        # strided: full path
         assert torch.equal(hvd.allreduce(z, op=hvd.Sum, name="z"), torch.arange(8.0)[::2] * n + n * (n - 1) // 2)
-        got = hvd.alltoall(torch.full((n,), float(r)))                          # unnamed alltoall: full path
+        got = hvd.alltoall(torch.full((n,), float(r)), splits=[1] * n)[0]       # splits: full path
         assert torch.equal(got, torch.arange(n, dtype=torch.float32))
     assert hits[0] == before, hits
     hvd.shutdown()

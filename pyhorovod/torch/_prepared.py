@@ -6,8 +6,7 @@ made it. So a blocking allreduce(_), broadcast(_), allgather, alltoall (without 
 a tensor looks up the prepared call the numpy API files, under the same key, and files one after its own
 full path succeeded.
 What takes this way and why:
-- unnamed calls too, as in the numpy API: both ways use the same reusable synchronous name (an alltoall
-  only when named: its full path gives an unnamed call a per-call automatic name);
+- unnamed calls too, as in the numpy API: both ways use the same reusable synchronous name;
 - no gradient: a tensor that requires one goes through autograd (pyhorovod/torch/autograd.py);
 - the global set, no compression, average= unused, float scale factors (the numpy key's rules).
 The cost this saves is the torch layer's own (autograd's Function, argument checks): a 4 B allreduce's
@@ -49,7 +48,7 @@ def broadcast_key(tensor, root_rank, name, inplace):
 def exchange_key(tensor, op_type, name, *args):
     """The prepared-call key of a torch allgather, alltoall (no splits) or reducescatter (args: op,
     prescale, postscale), or None when the call cannot take one."""
-    if (name or op_type != _core.ALLTOALL) and all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
+    if all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
         return (op_type, name) + args
     return None
 

@@ -274,7 +274,7 @@ def run_group(cmds_envs, timeout_s, label):
     procs, outs, threads = [], [], []
     for argv, env in cmds_envs:
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True))
+                                      text=True, process_group=0))
         outs.append(["", ""])
     for i, p in enumerate(procs):
         def drain(i=i, p=p):

@@ -62,7 +62,10 @@ def run_unnamed(call, tensor, op_type):
     threads cannot both take it. A named call needs no claim: its caller calls `call` itself."""
     me = threading.get_ident()
     claim = (op_type, 0)   # the synchronous name's claim key (_api._sync_names_busy)
-    if _api._unnamed_by_thread or _api._sync_names_busy.setdefault(claim, me) != me:
+    # As _api._claim_sync_name: only another thread's unnamed requests in flight are in the way (this
+    # thread's own entry stays behind, emptied, after its first asynchronous unnamed call, e.g. a barrier).
+    if ((_api._unnamed_by_thread and any(t != me for t in _api._unnamed_by_thread))
+            or _api._sync_names_busy.setdefault(claim, me) != me):
         return None
     try:
         return call(tensor)

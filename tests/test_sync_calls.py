@@ -75,6 +75,14 @@ def body_changes(iterations):
     with pytest.raises(Exception, match="Mismatched allreduce tensor shapes"):
         hvd.allreduce(np.ones(3 if r == n - 1 else 2, np.float32), op=hvd.Sum, name="s")
     assert np.array_equal(hvd.allreduce(y, op=hvd.Sum, name="s"), np.full(2, tri, np.float32))
+    # This thread's own unnamed asynchronous calls (a barrier, a handle) do not keep later unnamed calls
+    # off their prepared calls.
+    hvd.barrier()
+    hvd.synchronize(hvd.allreduce_async(np.ones(2, np.float32), op=hvd.Sum))
+    before = hits[0]
+    for _ in range(3):
+        assert np.array_equal(hvd.allreduce(np.full(4, 1.0, np.float32), op=hvd.Sum), np.full(4, n, np.float32))
+    assert hits[0] == before + 3, (before, hits)
     # While another thread holds the reusable synchronous name, an unnamed call is refused (not run).
     from pyhorovod import _api, _core
     before = hits[0]

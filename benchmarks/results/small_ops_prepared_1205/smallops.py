@@ -1,4 +1,13 @@
-import time, numpy as np, pyhorovod as hvd
+"""4 B-scale blocking numpy collectives, µs per call on rank 0 (the paired before/after of RESULTS.md).
+
+    python -m pyhorovod.run -np N python smallops.py
+"""
+import time
+
+import numpy as np
+
+import pyhorovod as hvd
+
 hvd.init()
 x = np.ones(1, np.float32)
 ops = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum, name="a"),
@@ -8,9 +17,12 @@ ops = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum, name="a"),
        "reducescatter": lambda: hvd.reducescatter(np.ones(hvd.size(), np.float32), op=hvd.Sum, name="r")}
 for rnd in range(3):
     for k, f in ops.items():
-        for _ in range(200): f()
+        for _ in range(200):
+            f()
         t = time.perf_counter()
-        for _ in range(1000): f()
+        for _ in range(1000):
+            f()
         dt = (time.perf_counter() - t) / 1000
-        if hvd.rank() == 0 and rnd == 2: print(f"{k:14s} {dt*1e6:7.1f} us")
+        if hvd.rank() == 0 and rnd == 2:
+            print(f"{k:14s} {dt * 1e6:7.1f} us")
 hvd.shutdown()

@@ -1,15 +1,15 @@
 // _core.SyncCall: a prepared synchronous request (contract: pyhorovod/_core.pyi). The Python layer of a
 // blocking allreduce, broadcast, reducescatter, allgather or alltoall checks its arguments once, for the
-// first call with given arguments (name, op, scales, root); the calls after it hand over only the array. What stays per call is what can change between calls without
-// the arguments changing: the array itself. So the call compares the array with the one the request was
-// prepared for (same dtype object, same shape, C-contiguous, writable when written in place) and, when
-// it differs, returns None without doing anything: the caller then takes its full path, which checks
-// everything again (and raises the usual ValueError for a bad array). The engine checks the request once,
-// when the SyncCall is made (engine/prepared_request.h), and negotiates every call as before (a changed
-// shape on another rank is still a mismatch error, or for an allgather a new gathered shape). The output:
-// the input itself (in place), a new array of the input's shape (allreduce, broadcast) or of out_shape
-// (reducescatter: this rank's block), or the bytes the engine allocated, owned by the array (allgather,
-// alltoall: their shape is known only once every rank's is).
+// first call with given arguments (name, op, scales, root); the calls after it hand over only the array.
+// What stays per call is what can change between calls without the arguments changing: the array itself.
+// So the call compares the array with the one the request was prepared for (same dtype object, same shape,
+// C-contiguous, writable when written in place) and, when it differs, returns None without doing anything:
+// the caller then takes its full path, which checks everything again (and raises the usual ValueError for
+// a bad array). The engine checks the request once, when the SyncCall is made (engine/prepared_request.h),
+// and negotiates every call as before (a changed shape on another rank is still a mismatch error, or for
+// an allgather a new gathered shape). The output: the input itself (in place), a new array of the input's
+// shape (allreduce, broadcast) or of out_shape (reducescatter: this rank's block), or the bytes the engine
+// allocated, owned by the array (allgather, alltoall: their shape is known only once every rank's is).
 //
 // Why not Engine.run_sync: its twelve converted arguments (a str, a list, ints, floats) and the output
 // allocated in Python cost as much as the engine's own work (benchmarks/RESULTS.md, "The express round").

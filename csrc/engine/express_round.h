@@ -15,9 +15,10 @@
 // Combining. Each step the two packets become one: ready only if both are ready for the same pos and
 // length (the cache is agreed, so the same pos is the same name, dtype, shape and op on every rank), and
 // only then are the bytes reduced (a broadcast: the packet that holds the root's bytes, as its header
-// says, is kept; the root is every rank's partner sooner or later, so every rank ends with its bytes). Once ready is false the bytes are never combined again, so mismatched
-// ranks never mix different tensors. At the end every rank holds the same packet (the schedule makes
-// results identical everywhere), so every rank takes the same branch:
+// says, is kept; the root is every rank's partner sooner or later, so every rank ends with its bytes).
+// Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
+// At the end every rank holds the same packet (the schedule makes results identical everywhere), so every
+// rank takes the same branch:
 //   hit:  response() is one INLINE item, executed like the star round's; no star round is run.
 //   miss: nothing was decided; the caller runs the normal star round with the same message, so a rank
 //         that is not ready, a mismatch, a shutdown or a join are handled exactly as without express.

@@ -65,6 +65,9 @@ struct Desc {
   size_t bytes() const;
 };
 
+// Horovod's split of a reducescatter: every rank gets dim0 / n rows, the first dim0 % n ranks one more.
+inline int64_t reducescatter_rows(int64_t dim0, int n, int r) { return dim0 / n + (r < dim0 % n ? 1 : 0); }
+
 const char* kind_name(DescKind kind);      // "allreduce", ..., "add_process_set"
 std::string device_str(int device);        // "cpu", "cuda:0"
 

@@ -70,9 +70,6 @@ class UnitOutput {
   std::shared_ptr<void> device_;
 };
 
-// Horovod's split of a reducescatter: every rank gets dim0 / n rows, the first dim0 % n ranks one more.
-int64_t rows_of(int64_t dim0, int n, int r) { return dim0 / n + (r < dim0 % n ? 1 : 0); }
-
 }  // namespace
 
 // AVERAGE is SUM followed by a postscale of 1/size (types.h).
@@ -215,13 +212,13 @@ void Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const
   int64_t dim0 = d.shape[0];
   std::vector<size_t> counts(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    counts[static_cast<size_t>(r)] = static_cast<size_t>(rows_of(dim0, n, r) * d.row_elements());
+    counts[static_cast<size_t>(r)] = static_cast<size_t>(reducescatter_rows(dim0, n, r) * d.row_elements());
   }
   if (d.count() > 0) {
     backend.reducescatter(comm, e.op->req.input, e.op->req.output, counts, d.dtype, effective_op(d.op), d.prescale,
                           effective_postscale(d, n), ctx);
   }
-  e.op->result.output_shape = with_dim0(d.shape, rows_of(dim0, n, comm.rank()));
+  e.op->result.output_shape = with_dim0(d.shape, reducescatter_rows(dim0, n, comm.rank()));
 }
 
 }  // namespace phv

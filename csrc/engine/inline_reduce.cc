@@ -11,7 +11,7 @@ bool inline_eligible(const Desc& d) {
   // there every rank is a member, which the express round (express_round.h) needs for a hit, so a small
   // broadcast in a smaller set never turns express mode on only to miss it.
   const bool kind_ok = (d.kind == kDescAllreduce && d.op != ReduceOp::ADASUM && d.group_size == 0) ||
-                       (d.kind == kDescBroadcast && d.set == 0);
+                       ((d.kind == kDescBroadcast || d.kind == kDescReducescatter) && d.set == 0);
   return kind_ok && d.device < 0 && d.bytes() > 0 && d.bytes() <= kInlineBytes;
 }
 
@@ -21,7 +21,7 @@ void append_inline(RankMessage& m, int pos, const Op& op) {
   size_t bytes = op.desc.bytes();
   rec.data.resize(bytes);
   std::memcpy(rec.data.data(), op.req.input, bytes);
-  if (op.desc.kind == kDescAllreduce && op.desc.prescale != 1.0)
+  if (op.desc.kind != kDescBroadcast && op.desc.prescale != 1.0)
     scale_buffer(rec.data.data(), static_cast<size_t>(op.desc.count()), op.desc.dtype, op.desc.prescale);
 }
 
@@ -66,13 +66,26 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 
 void finish_inline(const ResponseItem& item, Op& op, int set_size) {
   const Desc& d = *item.agreed;
-  std::memcpy(op.req.output, item.data.data(), item.data.size());
+  const uint8_t* from = item.data.data();
+  size_t bytes = item.data.size();
   op.result.output_shape = d.shape;
+  if (d.kind == kDescReducescatter) {  // this rank's block of the whole reduction
+    const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
+    int64_t first = 0;
+    for (int r = 0; r < op.set_index; ++r) first += reducescatter_rows(d.shape[0], set_size, r);
+    const int64_t rows = reducescatter_rows(d.shape[0], set_size, op.set_index);
+    from += static_cast<size_t>(first) * row_bytes;
+    bytes = static_cast<size_t>(rows) * row_bytes;
+    op.result.output_shape[0] = rows;
+  }
+  std::memcpy(op.req.output, from, bytes);
   if (d.kind == kDescBroadcast) return;
   double post = d.op == ReduceOp::AVERAGE ? d.postscale / set_size : d.postscale;
-  if (post != 1.0) scale_buffer(op.req.output, static_cast<size_t>(d.count()), d.dtype, post);
+  if (post != 1.0) scale_buffer(op.req.output, bytes / dtype_size(d.dtype), d.dtype, post);
 }
 
-const char* inline_span(const Desc& d) { return d.kind == kDescBroadcast ? "BROADCAST" : "ALLREDUCE"; }
+const char* inline_span(const Desc& d) {
+  return d.kind == kDescBroadcast ? "BROADCAST" : d.kind == kDescReducescatter ? "REDUCESCATTER" : "ALLREDUCE";
+}
 
 }  // namespace phv

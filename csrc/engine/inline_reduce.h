@@ -1,4 +1,4 @@
-// Small allreduces and broadcasts carried by the negotiation round itself.
+// Small allreduces, broadcasts and reducescatters carried by the negotiation round itself.
 //
 // A cached allreduce of at most kInlineBytes (a loss, a metric, a counter) would otherwise cost a round
 // (gather + broadcast) and then a collective of its own. Instead each rank puts its (prescaled) bytes
@@ -10,7 +10,9 @@
 //
 // A small broadcast of the global set rides the same way: every rank sends its bytes (so that the packet
 // has one shape whoever the root is), and the "reduction" keeps the root's. It needs every member ready:
-// a joined member sends the request down the ordinary path, which knows what a join means for it.
+// a joined member sends the request down the ordinary path, which knows what a join means for it. So does
+// a small reducescatter of the global set: its whole input (at most kInlineBytes) is reduced as an
+// allreduce's would be, and each rank keeps its own block of rows.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -35,7 +37,7 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 // Every rank: copies an INLINE item's result into the request's output and applies the postscale.
 void finish_inline(const ResponseItem& item, Op& op, int set_size);
 
-// The timeline's name for the execution of an inline request ("ALLREDUCE", "BROADCAST").
+// The timeline's name for the execution of an inline request ("ALLREDUCE", "BROADCAST", "REDUCESCATTER").
 const char* inline_span(const Desc& d);
 
 }  // namespace phv

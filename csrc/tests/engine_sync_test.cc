@@ -4,7 +4,8 @@
 // on every rank and leaves the engine usable, a duplicate name refused before communication, and a
 // timeout when one rank never submits. Also prepared requests (EngineCore::prepare / run_prepared): new
 // buffers every call, exact sums, and the same errors (a shape mismatch, a name in flight) after which the
-// prepared request still runs. Ranks are threads over MemoryTransport; every wait is bounded.
+// prepared request still runs. Small reducescatters (inline and express): exact blocks. Ranks are
+// threads over MemoryTransport; every wait is bounded.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -151,11 +152,44 @@ void test_prepared(int p) {
   });
 }
 
+// Small reducescatters (inline, then express once steady): uneven blocks (dim0 = p + 1: rank 0 keeps two
+// rows of three), Sum and Average, exact values every call, and the engine's output shape.
+void test_small_reducescatter(int p) {
+  run_engines(p, "small reducescatter", sync_options(), [&](EngineCore& e, int r, Barrier&) {
+    const int64_t dim0 = p + 1, cols = 3;
+    const int64_t first = r == 0 ? 0 : r + 1, rows = r == 0 ? 2 : 1;
+    for (int i = 0; i < 50; ++i) {
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVERAGE}) {
+        std::vector<float> in(static_cast<size_t>(dim0 * cols)), out(static_cast<size_t>(rows * cols), -1.f);
+        for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(k + r + i);
+        Request q;
+        q.type = OpType::REDUCESCATTER;
+        q.name = op == ReduceOp::SUM ? "rs_sum" : "rs_avg";
+        q.reduce_op = op;
+        q.shape = {dim0, cols};
+        q.input = in.data();
+        q.output = out.data();
+        Result res = e.run_sync(std::move(q), 0);
+        CHECK(res.output_shape.size() == 2 && res.output_shape[0] == rows && res.output_shape[1] == cols,
+              "p=%d rank %d: output shape", p, r);
+        for (int64_t k = 0; k < rows * cols; ++k) {
+          const int64_t at = first * cols + k;  // element index in the full input
+          float sum = static_cast<float>(p * (at + i) + p * (p - 1) / 2);
+          float want = op == ReduceOp::SUM ? sum : sum / static_cast<float>(p);
+          CHECK(out[static_cast<size_t>(k)] == want, "p=%d rank %d iter %d op %d [%lld]: %g != %g", p, r, i,
+                static_cast<int>(op), static_cast<long long>(k), out[static_cast<size_t>(k)], want);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 int main() {
   for (int p : {1, 2, 4}) test_sums(p);
   for (int p : {2, 3}) test_errors(p);
   for (int p : {1, 2, 4}) test_prepared(p);
+  for (int p : {1, 2, 3, 4}) test_small_reducescatter(p);
   return finish("engine_sync_test");
 }

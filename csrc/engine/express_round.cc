@@ -49,9 +49,26 @@ void ExpressRound::begin(const RankMessage& msg) {
     h.ready = 1;
     h.pos = rec.pos;
     h.len = static_cast<uint32_t>(rec.data.size());
-    const Desc& d = cache_.entry(rec.pos).desc;
-    h.has_root = d.kind == kDescBroadcast && d.root == transport_.rank();  // inline only in the global set
-    std::memcpy(mine_.data() + kHeaderBytes, rec.data.data(), rec.data.size());
+    const CacheEntry& e = cache_.entry(rec.pos);
+    size_t at = 0;  // where my bytes go in the packet
+    if (e.desc.kind == kDescBroadcast) {
+      h.holds = e.desc.root == transport_.rank();  // inline only in the global set: set rank = rank
+    } else if (e.desc.kind == kDescAllgather) {
+      // Inline only in the global set, of at most 32 ranks (inline_reduce.h): block r is rank r's.
+      const size_t row_bytes = static_cast<size_t>(e.desc.row_elements()) * dtype_size(e.desc.dtype);
+      size_t total = 0;
+      for (size_t r = 0; r < e.dim0s.size(); ++r) {
+        if (static_cast<int>(r) == transport_.rank()) at = total;
+        total += static_cast<size_t>(e.dim0s[r]) * row_bytes;
+      }
+      h.len = static_cast<uint32_t>(total);
+      h.holds = 1u << transport_.rank();
+    }
+    if (at + rec.data.size() <= kInlineBytes && h.len <= kInlineBytes) {
+      std::memcpy(mine_.data() + kHeaderBytes + at, rec.data.data(), rec.data.size());
+    } else {
+      h = Header{0, -1, 0, 0};  // cannot happen (inline_eligible); every rank would then just miss
+    }
   }
   at_ = 0;
   hit_ = false;
@@ -105,12 +122,27 @@ void ExpressRound::combine_step() {
     me.ready = 0;
     return;
   }
-  const Desc& d = cache_.entry(me.pos).desc;
+  const CacheEntry& e = cache_.entry(me.pos);
+  const Desc& d = e.desc;
   if (d.kind == kDescBroadcast) {
-    if (peer.has_root && !me.has_root) {
+    if (peer.holds && !me.holds) {
       std::memcpy(mine_.data() + kHeaderBytes, theirs_.data() + kHeaderBytes, me.len);
-      me.has_root = 1;
+      me.holds = 1;
     }
+    return;
+  }
+  if (d.kind == kDescAllgather) {  // copy the blocks the peer holds and I do not
+    const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
+    size_t at = 0;
+    for (size_t r = 0; r < e.dim0s.size(); ++r) {
+      const size_t len = static_cast<size_t>(e.dim0s[r]) * row_bytes;
+      const uint32_t bit = 1u << r;
+      if ((peer.holds & bit) && !(me.holds & bit)) {
+        std::memcpy(mine_.data() + kHeaderBytes + at, theirs_.data() + kHeaderBytes + at, len);
+      }
+      at += len;
+    }
+    me.holds |= peer.holds;
     return;
   }
   const ReduceOp op = d.op == ReduceOp::AVERAGE ? ReduceOp::SUM : d.op;  // the postscale divides (finish_inline)
@@ -128,6 +160,11 @@ void ExpressRound::finish() {
   done_ = true;
   const Header& h = header(mine_);
   hit_ = h.ready != 0;
+  if (hit_ && cache_.entry(h.pos).desc.kind == kDescAllgather) {
+    // Every rank's block arrived (always so after the whole schedule; the same packet on every rank).
+    const size_t n = cache_.entry(h.pos).dim0s.size();
+    hit_ = h.holds == (n >= 32 ? 0xffffffffu : (1u << n) - 1);
+  }
   if (!hit_) return;
   ResponseItem& item = resp_.add();
   item.type = ItemType::INLINE;

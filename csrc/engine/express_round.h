@@ -1,5 +1,5 @@
-// The express round: a cached small allreduce's (or broadcast's) negotiation and data in one
-// recursive-doubling exchange.
+// The express round: a cached small allreduce's (or broadcast's, reducescatter's, allgather's) negotiation
+// and data in one recursive-doubling exchange.
 //
 // Terms. A rank is *ready* for the express round when its RankMessage says nothing but "my one request is
 // the cached small allreduce at bit `pos`, here are its (prescaled) bytes" (engine/inline_reduce.h): no
@@ -15,8 +15,9 @@
 // Combining. Each step the two packets become one: ready only if both are ready for the same pos and
 // length (the cache is agreed, so the same pos is the same name, dtype, shape and op on every rank), and
 // only then are the bytes reduced (a broadcast: the packet that holds the root's bytes, as its header
-// says, is kept; the root is every rank's partner sooner or later, so every rank ends with its bytes).
-// Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
+// says, is kept; the root is every rank's partner sooner or later, so every rank ends with its bytes; an
+// allgather: each packet holds the blocks its header's mask names, at their offsets in the gathered
+// output, and the union is kept). Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
 // At the end every rank holds the same packet (the schedule makes results identical everywhere), so every
 // rank takes the same branch:
 //   hit:  response() is one INLINE item, executed like the star round's; no star round is run.
@@ -64,7 +65,7 @@ class ExpressRound {
     uint32_t ready;
     int32_t pos;
     uint32_t len;
-    uint32_t has_root;  // a broadcast: these bytes are the root's
+    uint32_t holds;  // broadcast: 1 when the bytes are the root's; allgather: a bit per member block held
   };
   Header& header(std::vector<uint8_t>& packet) { return *reinterpret_cast<Header*>(packet.data()); }
   void post_step();

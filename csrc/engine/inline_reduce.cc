@@ -1,6 +1,7 @@
 #include "engine/inline_reduce.h"
 
 #include <cstring>
+#include <memory>
 
 #include "common/reduce.h"
 
@@ -13,6 +14,16 @@ bool inline_eligible(const Desc& d) {
   const bool kind_ok = (d.kind == kDescAllreduce && d.op != ReduceOp::ADASUM && d.group_size == 0) ||
                        ((d.kind == kDescBroadcast || d.kind == kDescReducescatter) && d.set == 0);
   return kind_ok && d.device < 0 && d.bytes() > 0 && d.bytes() <= kInlineBytes;
+}
+
+bool inline_eligible(const CacheEntry& e) {
+  const Desc& d = e.desc;
+  if (d.kind != kDescAllgather) return inline_eligible(d);
+  if (d.set != 0 || d.device >= 0 || e.dim0s.empty() || e.dim0s.size() > kInlineMaxGatherRanks) return false;
+  int64_t rows = 0;
+  for (int64_t r : e.dim0s) rows += r;
+  const size_t bytes = static_cast<size_t>(rows * d.row_elements()) * dtype_size(d.dtype);
+  return bytes > 0 && bytes <= kInlineBytes;
 }
 
 void append_inline(RankMessage& m, int pos, const Op& op) {
@@ -36,6 +47,15 @@ const InlineData* find_inline(const RankMessage& m, int pos) {
 
 bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
                    const std::vector<uint8_t>& joined, std::vector<uint8_t>& out) {
+  if (d.kind == kDescAllgather) {  // every member's bytes, in set order (each checked by its cache hit)
+    out.clear();
+    for (int m : members) {
+      const InlineData* rec = find_inline(msgs[static_cast<size_t>(m)], pos);
+      if (rec == nullptr) return false;
+      out.insert(out.end(), rec->data.begin(), rec->data.end());
+    }
+    return true;
+  }
   size_t bytes = d.bytes();
   if (d.kind == kDescBroadcast) {
     for (int m : members) {
@@ -66,6 +86,13 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 
 void finish_inline(const ResponseItem& item, Op& op, int set_size) {
   const Desc& d = *item.agreed;
+  if (d.kind == kDescAllgather) {  // the engine owns the output (Result.output), as the collective's
+    op.result.output = std::make_shared<std::vector<uint8_t>>(item.data);
+    op.result.output_shape = d.shape;
+    op.result.output_shape[0] =
+        static_cast<int64_t>(item.data.size() / (static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype)));
+    return;
+  }
   const uint8_t* from = item.data.data();
   size_t bytes = item.data.size();
   op.result.output_shape = d.shape;
@@ -85,7 +112,12 @@ void finish_inline(const ResponseItem& item, Op& op, int set_size) {
 }
 
 const char* inline_span(const Desc& d) {
-  return d.kind == kDescBroadcast ? "BROADCAST" : d.kind == kDescReducescatter ? "REDUCESCATTER" : "ALLREDUCE";
+  switch (d.kind) {
+    case kDescBroadcast: return "BROADCAST";
+    case kDescReducescatter: return "REDUCESCATTER";
+    case kDescAllgather: return "ALLGATHER";
+    default: return "ALLREDUCE";
+  }
 }
 
 }  // namespace phv

@@ -1,4 +1,4 @@
-// Small allreduces, broadcasts and reducescatters carried by the negotiation round itself.
+// Small allreduces, broadcasts, reducescatters and allgathers carried by the negotiation round itself.
 //
 // A cached allreduce of at most kInlineBytes (a loss, a metric, a counter) would otherwise cost a round
 // (gather + broadcast) and then a collective of its own. Instead each rank puts its (prescaled) bytes
@@ -12,7 +12,8 @@
 // has one shape whoever the root is), and the "reduction" keeps the root's. It needs every member ready:
 // a joined member sends the request down the ordinary path, which knows what a join means for it. So does
 // a small reducescatter of the global set: its whole input (at most kInlineBytes) is reduced as an
-// allreduce's would be, and each rank keeps its own block of rows.
+// allreduce's would be, and each rank keeps its own block of rows. And a small allgather of the global
+// set: the "reduction" concatenates the members' bytes in set order, into an output the engine owns.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,6 +26,10 @@ namespace phv {
 constexpr size_t kInlineBytes = 256;
 
 bool inline_eligible(const Desc& d);
+// The same for a cached request, which also decides an allgather: in the global set of at most 32 ranks
+// (the express round's block mask), when the gathered output is at most kInlineBytes.
+bool inline_eligible(const CacheEntry& e);
+constexpr size_t kInlineMaxGatherRanks = 32;
 
 // Worker: appends this request's input (times its prescale) for bit position `pos`.
 void append_inline(RankMessage& m, int pos, const Op& op);
@@ -37,7 +42,7 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 // Every rank: copies an INLINE item's result into the request's output and applies the postscale.
 void finish_inline(const ResponseItem& item, Op& op, int set_size);
 
-// The timeline's name for the execution of an inline request ("ALLREDUCE", "BROADCAST", "REDUCESCATTER").
+// The timeline's name for the execution of an inline request ("ALLREDUCE", "BROADCAST", ...).
 const char* inline_span(const Desc& d);
 
 }  // namespace phv

@@ -130,7 +130,9 @@ void Coordinator::answer_cached(int pos, const Desc& d, const std::vector<int>& 
   ResponseItem& item = out.add();
   item.type = ItemType::CACHED;
   item.pos = pos;
-  if (inline_eligible(d) && reduce_inline(msgs, pos, d, members, joined_, item.data)) item.type = ItemType::INLINE;
+  if (inline_eligible(cache_.entry(pos)) && reduce_inline(msgs, pos, d, members, joined_, item.data)) {
+    item.type = ItemType::INLINE;
+  }
 }
 
 std::vector<int> Coordinator::joined_members(const std::vector<int>& members) const {

@@ -1,7 +1,8 @@
 // The express round without threads: every rank of an in-memory world has its own ExpressRound over an
 // agreed cache, and one thread steps them all until each is done. World sizes 1 to 5 (3 and 5 exercise
 // the fix-up pairs of a non-power of two). Checks that every rank takes the same branch, that a hit
-// holds the exact reduction (a broadcast: the root's bytes, from every root), and that any rank not ready
+// holds the exact reduction (a broadcast: the root's bytes, from every root; an allgather: every rank's
+// rows, of different counts), and that any rank not ready
 // for the same request makes everyone miss.
 #include <cstdint>
 #include <cstring>
@@ -40,16 +41,16 @@ class World {
   }
   int size() const { return p_; }
   // Every rank caches d (same position everywhere, as after an agreed FULL response).
-  int cache_everywhere(const Desc& d) {
+  int cache_everywhere(const Desc& d, const std::vector<int64_t>& dim0s = {}) {
     int pos = -1;
-    for (auto& c : caches_) pos = c->put(d, {});
+    for (auto& c : caches_) pos = c->put(d, dim0s);
     return pos;
   }
-  // Rank r reports the cached d by its bit with `values` as its input.
-  void report(int r, const Desc& d, const void* values) {
+  // Rank r reports the cached d (its own shape: `mine`, when given) by its bit with `values` as its input.
+  void report(int r, const Desc& d, const void* values, const Desc* mine = nullptr) {
     RankMessage& m = msgs_[static_cast<size_t>(r)];
     Op op;
-    op.desc = d;
+    op.desc = mine ? *mine : d;
     op.req.input = values;
     int pos = caches_[static_cast<size_t>(r)]->lookup(d.key());
     m.set_bit(pos);
@@ -148,6 +149,34 @@ void test_broadcast(int p) {
   }
 }
 
+// A small allgather: rank r has r + 1 rows of two int32; a hit, and every rank holds the concatenation.
+void test_allgather(int p) {
+  World w(p);
+  Desc d = make_desc("g", DataType::INT32, ReduceOp::SUM, 1);
+  d.kind = desc_kind(OpType::ALLGATHER);
+  d.shape = {1, 2};  // as agreed: dim 0 of the lowest member
+  std::vector<int64_t> dim0s;
+  for (int r = 0; r < p; ++r) dim0s.push_back(r + 1);
+  w.cache_everywhere(d, dim0s);
+  std::vector<std::vector<int32_t>> in(static_cast<size_t>(p));
+  std::vector<int32_t> want;
+  std::vector<Desc> mine(static_cast<size_t>(p), d);
+  for (int r = 0; r < p; ++r) {
+    for (int k = 0; k < 2 * (r + 1); ++k) in[static_cast<size_t>(r)].push_back(100 * r + k);
+    want.insert(want.end(), in[static_cast<size_t>(r)].begin(), in[static_cast<size_t>(r)].end());
+    mine[static_cast<size_t>(r)].shape = {r + 1, 2};
+  }
+  for (int r = 0; r < p; ++r) w.report(r, d, in[static_cast<size_t>(r)].data(), &mine[static_cast<size_t>(r)]);
+  std::string got = w.run("allgather");
+  expect(got == "hit", w.tag() + "allgather: a hit", got);
+  if (got != "hit") return;
+  for (int r = 0; r < p; ++r) {
+    const std::vector<uint8_t>& res = w.result(r);
+    expect(res.size() == want.size() * sizeof(int32_t) && std::memcmp(res.data(), want.data(), res.size()) == 0,
+           w.tag() + "allgather: rank " + std::to_string(r) + " holds every rank's rows in rank order");
+  }
+}
+
 // One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses.
 void test_misses(int p) {
   World w(p);
@@ -220,6 +249,7 @@ int main() {
     test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product");
     test_misses(p);
     test_broadcast(p);
+    test_allgather(p);
   }
   return finish("express_round_test");
 }

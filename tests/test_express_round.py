@@ -86,3 +86,44 @@ def test_a_rank_changing_op_or_shape_mid_stream_falls_back(size):
     assert all(c == counts[0] for c in counts), counts
     hits, misses = counts[0]
     assert hits >= 3 * 5 and misses >= 2, counts
+
+
+def body_alltoall(iterations):
+    """Small alltoalls in the express round: ranks with different first dimensions, explicit even splits
+    (the same request as none), and uneven splits under a cached name (a miss: the ordinary alltoall)."""
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    rows = lambda k: 1 + k % 2  # noqa: E731 - rows rank k sends to each rank
+
+    def steady(i):
+        x = (np.arange(n * rows(r) * 2, dtype=np.float32).reshape(n * rows(r), 2) + 100 * r + i)
+        got = hvd.alltoall(x, name="t")
+        want = np.concatenate([(np.arange(n * rows(k) * 2, dtype=np.float32).reshape(n * rows(k), 2) + 100 * k + i)
+                               [r * rows(k):(r + 1) * rows(k)] for k in range(n)])
+        assert got.dtype == np.float32 and np.array_equal(got, want), (i, got, want)
+        # explicit even splits are the same request; the received splits come back with the output
+        out, received = hvd.alltoall(np.full(n, 10 * r + i, np.int64), splits=[1] * n, name="e")
+        assert np.array_equal(out, 10 * np.arange(n) + i) and received.tolist() == [1] * n, (i, out, received)
+
+    for i in range(iterations):
+        steady(i)
+    # uneven splits under the same name: the express round misses, the ordinary alltoall runs
+    splits = [0] * n
+    splits[(r + 1) % n] = n
+    out, received = hvd.alltoall(np.full(n, 10 * r, np.int64), splits=splits, name="e")
+    want_from = (r - 1) % n
+    assert np.array_equal(out, np.full(n, 10 * want_from, np.int64)), out
+    assert received.tolist() == [n if k == want_from else 0 for k in range(n)], received
+    for i in range(iterations):
+        steady(i)
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_small_alltoalls_go_express_with_exact_results(size):
+    results = run_ranks(body_alltoall, size, timeout=180, args=(30,), env={"HOROVOD_LOG_LEVEL": "info"})
+    counts = [express_counts(res.stderr) for res in results]
+    assert all(c == counts[0] for c in counts), counts
+    # 2 streams x 60 calls; as above, calls whose peers are descheduled may miss
+    assert counts[0][0] >= 40, counts

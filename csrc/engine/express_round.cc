@@ -53,7 +53,7 @@ void ExpressRound::begin(const RankMessage& msg) {
     size_t at = 0;  // where my bytes go in the packet
     if (e.desc.kind == kDescBroadcast) {
       h.holds = e.desc.root == transport_.rank();  // inline only in the global set: set rank = rank
-    } else if (e.desc.kind == kDescAllgather) {
+    } else if (concatenates_inputs(e.desc.kind)) {
       // Inline only in the global set, of at most 32 ranks (inline_reduce.h): block r is rank r's.
       const size_t row_bytes = static_cast<size_t>(e.desc.row_elements()) * dtype_size(e.desc.dtype);
       size_t total = 0;
@@ -131,7 +131,7 @@ void ExpressRound::combine_step() {
     }
     return;
   }
-  if (d.kind == kDescAllgather) {  // copy the blocks the peer holds and I do not
+  if (concatenates_inputs(d.kind)) {  // copy the blocks the peer holds and I do not
     const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
     size_t at = 0;
     for (size_t r = 0; r < e.dim0s.size(); ++r) {
@@ -160,7 +160,7 @@ void ExpressRound::finish() {
   done_ = true;
   const Header& h = header(mine_);
   hit_ = h.ready != 0;
-  if (hit_ && cache_.entry(h.pos).desc.kind == kDescAllgather) {
+  if (hit_ && concatenates_inputs(cache_.entry(h.pos).desc.kind)) {
     // Every rank's block arrived (always so after the whole schedule; the same packet on every rank).
     const size_t n = cache_.entry(h.pos).dim0s.size();
     hit_ = h.holds == (n >= 32 ? 0xffffffffu : (1u << n) - 1);

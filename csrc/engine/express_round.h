@@ -1,5 +1,5 @@
-// The express round: a cached small allreduce's (or broadcast's, reducescatter's, allgather's) negotiation
-// and data in one recursive-doubling exchange.
+// The express round: a cached small allreduce's (or broadcast's, reducescatter's, allgather's, alltoall's)
+// negotiation and data in one recursive-doubling exchange.
 //
 // Terms. A rank is *ready* for the express round when its RankMessage says nothing but "my one request is
 // the cached small allreduce at bit `pos`, here are its (prescaled) bytes" (engine/inline_reduce.h): no
@@ -16,8 +16,8 @@
 // length (the cache is agreed, so the same pos is the same name, dtype, shape and op on every rank), and
 // only then are the bytes reduced (a broadcast: the packet that holds the root's bytes, as its header
 // says, is kept; the root is every rank's partner sooner or later, so every rank ends with its bytes; an
-// allgather: each packet holds the blocks its header's mask names, at their offsets in the gathered
-// output, and the union is kept). Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
+// allgather or alltoall: each packet holds the members' inputs its header's mask names, at their offsets
+// in the concatenation, and the union is kept). Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
 // At the end every rank holds the same packet (the schedule makes results identical everywhere), so every
 // rank takes the same branch:
 //   hit:  response() is one INLINE item, executed like the star round's; no star round is run.
@@ -65,7 +65,7 @@ class ExpressRound {
     uint32_t ready;
     int32_t pos;
     uint32_t len;
-    uint32_t holds;  // broadcast: 1 when the bytes are the root's; allgather: a bit per member block held
+    uint32_t holds;  // broadcast: 1 when the bytes are the root's; allgather, alltoall: a bit per member block held
   };
   Header& header(std::vector<uint8_t>& packet) { return *reinterpret_cast<Header*>(packet.data()); }
   void post_step();

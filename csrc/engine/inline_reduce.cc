@@ -18,12 +18,25 @@ bool inline_eligible(const Desc& d) {
 
 bool inline_eligible(const CacheEntry& e) {
   const Desc& d = e.desc;
-  if (d.kind != kDescAllgather) return inline_eligible(d);
+  if (!concatenates_inputs(d.kind)) return inline_eligible(d);
   if (d.set != 0 || d.device >= 0 || e.dim0s.empty() || e.dim0s.size() > kInlineMaxGatherRanks) return false;
+  const auto n = static_cast<int64_t>(e.dim0s.size());
   int64_t rows = 0;
-  for (int64_t r : e.dim0s) rows += r;
+  for (int64_t r : e.dim0s) {
+    if (d.kind == kDescAlltoall && r % n != 0) return false;
+    rows += r;
+  }
   const size_t bytes = static_cast<size_t>(rows * d.row_elements()) * dtype_size(d.dtype);
   return bytes > 0 && bytes <= kInlineBytes;
+}
+
+bool sends_inline(const Request& req) {
+  if (req.type != OpType::ALLTOALL || req.splits.empty()) return true;
+  const auto n = static_cast<int64_t>(req.splits.size());
+  for (int64_t s : req.splits) {
+    if (req.shape.empty() || s * n != req.shape[0]) return false;
+  }
+  return true;
 }
 
 void append_inline(RankMessage& m, int pos, const Op& op) {
@@ -43,11 +56,33 @@ const InlineData* find_inline(const RankMessage& m, int pos) {
   }
   return nullptr;
 }
+
+// `item.data` holds every member's whole input in set order; member r's input is split into n equal
+// blocks of dim0s[r] / n rows, and block op.set_index of each is this rank's.
+void finish_inline_alltoall(const ResponseItem& item, Op& op) {
+  const Desc& d = *item.agreed;
+  const std::vector<int64_t>& dim0s = *item.agreed_dim0s;
+  const auto n = static_cast<int64_t>(dim0s.size());
+  const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
+  auto out = std::make_shared<std::vector<uint8_t>>();
+  op.result.received_splits.assign(dim0s.size(), 0);
+  size_t member_at = 0;  // where member r's input starts
+  for (size_t r = 0; r < dim0s.size(); ++r) {
+    const int64_t rows = dim0s[r] / n;
+    const uint8_t* block = item.data.data() + member_at + static_cast<size_t>(rows * op.set_index) * row_bytes;
+    out->insert(out->end(), block, block + static_cast<size_t>(rows) * row_bytes);
+    op.result.received_splits[r] = rows;
+    member_at += static_cast<size_t>(dim0s[r]) * row_bytes;
+  }
+  op.result.output_shape = d.shape;
+  op.result.output_shape[0] = static_cast<int64_t>(out->size() / row_bytes);
+  op.result.output = std::move(out);
+}
 }  // namespace
 
 bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d, const std::vector<int>& members,
                    const std::vector<uint8_t>& joined, std::vector<uint8_t>& out) {
-  if (d.kind == kDescAllgather) {  // every member's bytes, in set order (each checked by its cache hit)
+  if (concatenates_inputs(d.kind)) {  // every member's bytes, in set order (each checked by its cache hit)
     out.clear();
     for (int m : members) {
       const InlineData* rec = find_inline(msgs[static_cast<size_t>(m)], pos);
@@ -93,6 +128,10 @@ void finish_inline(const ResponseItem& item, Op& op, int set_size) {
         static_cast<int64_t>(item.data.size() / (static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype)));
     return;
   }
+  if (d.kind == kDescAlltoall) {
+    finish_inline_alltoall(item, op);
+    return;
+  }
   const uint8_t* from = item.data.data();
   size_t bytes = item.data.size();
   op.result.output_shape = d.shape;
@@ -116,6 +155,7 @@ const char* inline_span(const Desc& d) {
     case kDescBroadcast: return "BROADCAST";
     case kDescReducescatter: return "REDUCESCATTER";
     case kDescAllgather: return "ALLGATHER";
+    case kDescAlltoall: return "ALLTOALL";
     default: return "ALLREDUCE";
   }
 }

@@ -13,7 +13,9 @@
 // a joined member sends the request down the ordinary path, which knows what a join means for it. So does
 // a small reducescatter of the global set: its whole input (at most kInlineBytes) is reduced as an
 // allreduce's would be, and each rank keeps its own block of rows. And a small allgather of the global
-// set: the "reduction" concatenates the members' bytes in set order, into an output the engine owns.
+// set: the "reduction" concatenates the members' bytes in set order, into an output the engine owns. A
+// small alltoall of the global set with even splits concatenates the members' whole inputs the same way,
+// and each rank then copies out the blocks addressed to it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,10 +28,19 @@ namespace phv {
 constexpr size_t kInlineBytes = 256;
 
 bool inline_eligible(const Desc& d);
-// The same for a cached request, which also decides an allgather: in the global set of at most 32 ranks
-// (the express round's block mask), when the gathered output is at most kInlineBytes.
+// The same for a cached request, which also decides an allgather or alltoall: in the global set of at
+// most 32 ranks (the express round's block mask), when the members' inputs together are at most
+// kInlineBytes, and for an alltoall when every member's dim 0 splits evenly.
 bool inline_eligible(const CacheEntry& e);
 constexpr size_t kInlineMaxGatherRanks = 32;
+
+// Kinds whose inline "reduction" concatenates the members' inputs in set order.
+inline bool concatenates_inputs(DescKind kind) { return kind == kDescAllgather || kind == kDescAlltoall; }
+
+// Whether this rank's request may send its bytes inline at an eligible position. The cache entry cannot
+// tell an alltoall's splits: one with uneven explicit splits keeps the ordinary path (a member sending no
+// bytes makes the position a miss for everyone).
+bool sends_inline(const Request& req);
 
 // Worker: appends this request's input (times its prescale) for bit position `pos`.
 void append_inline(RankMessage& m, int pos, const Op& op);

@@ -85,7 +85,7 @@ struct ResponseItem {
   int pos = -1;                   // CACHED/INLINE: bit position
   std::vector<uint8_t> data;      // INLINE: the reduced bytes
   Desc desc;                      // FULL: agreed descriptor; ERROR: kind, set and name
-  std::vector<int64_t> dim0s;     // FULL allgather: dim 0 of every member
+  std::vector<int64_t> dim0s;     // FULL allgather, alltoall: dim 0 of every member
   ErrorKind error_kind = ErrorKind::INTERNAL;
   std::string message;            // ERROR
   const Desc* agreed = nullptr;   // resolved locally: &desc, or the cache entry's descriptor

@@ -242,7 +242,7 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
   ResponseItem& item = out.add();
   item.type = ItemType::FULL;
   item.desc = a;
-  if (a.kind == static_cast<uint8_t>(OpType::ALLGATHER)) {
+  if (dim0_may_differ(a.kind)) {
     for (int m : members) item.dim0s.push_back(e.descs[static_cast<size_t>(m)].shape[0]);
   }
 }

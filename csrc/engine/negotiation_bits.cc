@@ -63,7 +63,7 @@ bool Coordinator::fold_into_table(int pos, const CacheEntry& ce, const std::vect
     if (!msgs[static_cast<size_t>(m)].bit(pos)) continue;
     Desc& mine = it->second.descs[static_cast<size_t>(m)];
     mine = ce.desc;
-    if (ce.desc.kind == static_cast<uint8_t>(OpType::ALLGATHER)) mine.shape[0] = ce.dim0s[i];
+    if (dim0_may_differ(ce.desc.kind)) mine.shape[0] = ce.dim0s[i];
     it->second.have[static_cast<size_t>(m)] = 1;
   }
   return true;

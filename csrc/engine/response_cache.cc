@@ -16,7 +16,7 @@ int ResponseCache::lookup(const Key& key) const {
 bool ResponseCache::hit(int pos, const Desc& mine, int my_index) const {
   const CacheEntry& e = entries_[static_cast<size_t>(pos)];
   if (!e.valid || !same_request(e.desc, mine)) return false;
-  if (e.desc.kind == kDescAllgather) {
+  if (dim0_may_differ(e.desc.kind)) {
     if (my_index < 0 || static_cast<size_t>(my_index) >= e.dim0s.size()) return false;
     return !mine.shape.empty() && mine.shape[0] == e.dim0s[static_cast<size_t>(my_index)];
   }

@@ -19,7 +19,7 @@ namespace phv {
 
 struct CacheEntry {
   Desc desc;                  // as agreed (dim 0 of allgather/alltoall: that of the lowest member)
-  std::vector<int64_t> dim0s; // allgather: dim 0 of every member, in set order
+  std::vector<int64_t> dim0s; // allgather, alltoall: dim 0 of every member, in set order
   uint64_t last_used = 0;
   uint64_t generation = 0;
   bool valid = false;

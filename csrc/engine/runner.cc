@@ -114,7 +114,7 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
       }
       if (pos >= 0) {
         msg_.set_bit(pos);  // re-sent every round while pending: the coordinator keeps no state for it
-        if (inline_eligible(cache_.entry(pos))) append_inline(msg_, pos, *op);
+        if (inline_eligible(cache_.entry(pos)) && sends_inline(op->req)) append_inline(msg_, pos, *op);
       } else {
         msg_.add_new() = op->desc;
         op->reported = true;

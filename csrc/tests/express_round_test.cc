@@ -2,7 +2,8 @@
 // agreed cache, and one thread steps them all until each is done. World sizes 1 to 5 (3 and 5 exercise
 // the fix-up pairs of a non-power of two). Checks that every rank takes the same branch, that a hit
 // holds the exact reduction (a broadcast: the root's bytes, from every root; an allgather: every rank's
-// rows, of different counts), and that any rank not ready
+// rows, of different counts; an alltoall: each rank's blocks, finished as the engine does), and that any
+// rank not ready
 // for the same request makes everyone miss.
 #include <cstdint>
 #include <cstring>
@@ -82,7 +83,8 @@ class World {
     return hit ? "hit" : "miss";
   }
   // Rank r's result bytes after a hit.
-  const std::vector<uint8_t>& result(int r) const { return rounds_[static_cast<size_t>(r)]->response().items[0].data; }
+  const std::vector<uint8_t>& result(int r) const { return item(r).data; }
+  const ResponseItem& item(int r) const { return rounds_[static_cast<size_t>(r)]->response().items[0]; }
   std::string tag() const { return "[p=" + std::to_string(p_) + "] "; }
 
  private:
@@ -177,6 +179,66 @@ void test_allgather(int p) {
   }
 }
 
+// A small alltoall with even splits: rank r has p * c(r) rows of one int32, c(r) = 1 + r % 2, and sends
+// each rank c(r) of them. A hit; each rank's finished output is its block of every rank's input, in rank
+// order, and its received splits are c(r) per rank r. Then a rank whose explicit splits are uneven sends no bytes,
+// and everyone misses.
+void test_alltoall(int p) {
+  World w(p);
+  Desc d = make_desc("a2a", DataType::INT32, ReduceOp::SUM, p);
+  d.kind = desc_kind(OpType::ALLTOALL);
+  std::vector<int64_t> dim0s;
+  auto c = [](int r) { return 1 + r % 2; };
+  for (int r = 0; r < p; ++r) dim0s.push_back(static_cast<int64_t>(p) * c(r));
+  w.cache_everywhere(d, dim0s);
+  const CacheEntry entry{d, dim0s};
+  expect(inline_eligible(entry), w.tag() + "alltoall: even splits of a small input are eligible");
+  std::vector<std::vector<int32_t>> in(static_cast<size_t>(p));
+  std::vector<Desc> mine(static_cast<size_t>(p), d);
+  for (int r = 0; r < p; ++r) {
+    for (int k = 0; k < p * c(r); ++k) in[static_cast<size_t>(r)].push_back(1000 * r + k);
+    mine[static_cast<size_t>(r)].shape = {p * c(r)};
+    w.report(r, d, in[static_cast<size_t>(r)].data(), &mine[static_cast<size_t>(r)]);
+  }
+  std::string got = w.run("alltoall");
+  expect(got == "hit", w.tag() + "alltoall: a hit", got);
+  if (got != "hit") return;
+  for (int me = 0; me < p; ++me) {
+    Op op;
+    op.set_index = me;
+    finish_inline(w.item(me), op, p);
+    std::vector<int32_t> want;
+    std::vector<int64_t> want_splits;
+    for (int r = 0; r < p; ++r) {
+      for (int k = 0; k < c(r); ++k) want.push_back(1000 * r + me * c(r) + k);
+      want_splits.push_back(c(r));
+    }
+    const std::vector<uint8_t>& res = *op.result.output;
+    expect(res.size() == want.size() * sizeof(int32_t) && std::memcmp(res.data(), want.data(), res.size()) == 0 &&
+               op.result.output_shape == std::vector<int64_t>{static_cast<int64_t>(want.size())} &&
+               op.result.received_splits == want_splits,
+           w.tag() + "alltoall: rank " + std::to_string(me) + " holds its block of every rank's input");
+  }
+  Request even;
+  even.type = OpType::ALLTOALL;
+  even.shape = {2 * p};
+  even.splits.assign(static_cast<size_t>(p), 2);
+  expect(sends_inline(even), w.tag() + "alltoall: explicit even splits send inline");
+  if (p > 1) {
+    Request uneven = even;
+    uneven.splits[0] = 3;
+    uneven.splits[1] = 1;
+    expect(!sends_inline(uneven), w.tag() + "alltoall: uneven splits keep the ordinary path");
+    for (int r = 1; r < p; ++r) w.report(r, d, in[static_cast<size_t>(r)].data(), &mine[static_cast<size_t>(r)]);
+    w.msg(0).set_bit(w.item(0).pos);  // rank 0's bit without bytes, as the runner sends it then
+    expect(w.run("alltoall, rank 0 with uneven splits") == "miss", w.tag() + "alltoall: a rank without bytes: a miss");
+    Desc odd = d;
+    odd.shape = {p + 1};
+    expect(!inline_eligible(CacheEntry{odd, std::vector<int64_t>(static_cast<size_t>(p), p + 1)}),
+           w.tag() + "alltoall: a dim 0 that does not split evenly is not eligible");
+  }
+}
+
 // One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses.
 void test_misses(int p) {
   World w(p);
@@ -250,6 +312,7 @@ int main() {
     test_misses(p);
     test_broadcast(p);
     test_allgather(p);
+    test_alltoall(p);
   }
   return finish("express_round_test");
 }

@@ -42,6 +42,13 @@ void test_positions_and_hits() {
   mine.shape = {5, 2};
   expect(cache.hit(g, mine, 1) && !cache.hit(g, mine, 0) && !cache.hit(g, mine, 2),
          "allgather hits only with this member's own dim 0");
+  Desc scatter = gather;
+  scatter.kind = desc_kind(OpType::ALLTOALL);
+  scatter.name = "t";
+  int t = cache.put(scatter, {3, 5});
+  Desc mine_t = scatter;
+  mine_t.shape = {5, 2};
+  expect(cache.hit(t, mine_t, 1) && !cache.hit(t, mine_t, 0), "alltoall hits only with this member's own dim 0");
 }
 
 void test_eviction() {

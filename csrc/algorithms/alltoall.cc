@@ -5,9 +5,10 @@
 // disagree on the splits. My own block is a local copy.
 //
 // Single copies (direct_copy.h): a block of at least Transport::direct_bytes() -- a size both its sender
-// and its receiver know -- travels as its 16-byte address instead, and the receiver reads it straight from
-// the sender's input after the exchange; then every reader tells its sender it is done, and a sender waits
-// for that before returning (its input must stay as it was while read).
+// and its receiver know -- travels as its 16-byte address instead, all of them posted first, and the
+// receiver reads it straight from the sender's input; then every reader tells its sender it is done, and a
+// sender waits for that before returning (its input must stay as it was while read). Each direction of a
+// pair carries one message (address or block) either way, so the reordering keeps every pair's order.
 #include <cstring>
 #include <vector>
 
@@ -42,28 +43,38 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
     copy.assign(s, s + soff.back());
     s = copy.data();
   }
-  if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
-
   Transport* tr = comm.transport;
   DirectExchange x(comm, "alltoall", deadline);
   std::vector<int> readers, sources;  // set ranks that read from us / that we read from
+  // Every descriptor goes out before anything else, so that peers can start reading from us while we copy
+  // our own block: with more ranks than cores, a step-by-step exchange of descriptors left cores idle.
   for (int step = 1; step < p; ++step) {
+    const int from = (r - step + p) % p, to = (r + step) % p;
+    if (use_direct(comm, recv_bytes[static_cast<size_t>(from)])) {
+      x.post_expect(from);
+      sources.push_back(from);
+    }
+    if (use_direct(comm, send_bytes[static_cast<size_t>(to)])) {
+      x.post_publish(to, s + soff[static_cast<size_t>(to)], send_bytes[static_cast<size_t>(to)]);
+      readers.push_back(to);
+    }
+  }
+  if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
+  for (int step = 1; step < p; ++step) {  // the blocks that travel through the transport, pairwise
     const auto to = static_cast<size_t>((r + step) % p);
     const auto from = static_cast<size_t>((r - step + p) % p);
-    if (use_direct(comm, recv_bytes[from])) {
-      x.post_expect(static_cast<int>(from));
-      sources.push_back(static_cast<int>(from));
-    } else {
+    bool posted = false;
+    if (!use_direct(comm, recv_bytes[from])) {
       x.wait_for(tr->post_recv(comm.global(static_cast<int>(from)), d + roff[from], recv_bytes[from]));
+      posted = true;
     }
-    if (use_direct(comm, send_bytes[to])) {
-      x.post_publish(static_cast<int>(to), s + soff[to], send_bytes[to]);
-      readers.push_back(static_cast<int>(to));
-    } else {
+    if (!use_direct(comm, send_bytes[to])) {
       x.wait_for(tr->post_send(comm.global(static_cast<int>(to)), s + soff[to], send_bytes[to]));
+      posted = true;
     }
-    x.wait();
+    if (posted) x.wait();
   }
+  x.wait();  // the descriptors, where no step waited for them
   for (int from : sources) x.read(from, d + roff[static_cast<size_t>(from)], recv_bytes[static_cast<size_t>(from)]);
   for (int from : sources) x.post_done(from);
   for (int to : readers) x.post_wait_done(to);

@@ -97,8 +97,9 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
     x.post_expect(q);
     x.post_publish(q, send, mine.count);
   }
-  x.wait();
+  // Our own block while the descriptors travel: peers may already be reading from us.
   if (mine.count > 0 && out + mine.offset != send) std::memmove(out + mine.offset, send, mine.count);
+  x.wait();
   for (int s = 1; s < p; ++s) {
     const int q = (r + s) % p;
     const Range& b = blocks[static_cast<size_t>(q)];

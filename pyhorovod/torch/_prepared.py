@@ -23,43 +23,57 @@ _VIEWABLE = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, 
 _ALLREDUCE, _BROADCAST = _core.ALLREDUCE, _core.BROADCAST
 
 
+_prepared_get = _sync_calls.prepared.get
+
+
 def _view(tensor):
-    """The tensor's memory as a numpy array, or None when it has no such view (see above)."""
+    """The tensor's memory as a numpy array, or None when it has no such view (see above). Each check is
+    the cheapest spelling torch offers (`is_cpu`, not `device.type`): this runs on every call."""
     if (type(tensor) is torch.Tensor and tensor.dtype in _VIEWABLE and not tensor.requires_grad
-            and tensor.device.type == "cpu" and tensor.is_contiguous()):
+            and tensor.is_cpu and tensor.is_contiguous()):
         return tensor.numpy()
     return None
 
 
+# The key functions look at the arguments only; run() and file() check the tensor, once each.
+
 def allreduce_key(tensor, name, op, prescale, postscale, inplace):
-    """The prepared-call key of a torch allreduce, or None when the call cannot take one."""
-    if type(prescale) is float and type(postscale) is float and _view(tensor) is not None:
+    """The prepared-call key of a torch allreduce, or None when the arguments cannot make one."""
+    if type(prescale) is float and type(postscale) is float:
         return (_ALLREDUCE, name, op, prescale, postscale, inplace)
     return None
 
 
 def broadcast_key(tensor, root_rank, name, inplace):
-    """The prepared-call key of a torch broadcast, or None when the call cannot take one."""
-    if type(root_rank) is int and _view(tensor) is not None:
+    """The prepared-call key of a torch broadcast, or None when the arguments cannot make one."""
+    if type(root_rank) is int:
         return (_BROADCAST, name, root_rank, inplace)
     return None
 
 
 def exchange_key(tensor, op_type, name, *args):
     """The prepared-call key of a torch allgather, alltoall (no splits) or reducescatter (args: op,
-    prescale, postscale), or None when the call cannot take one."""
-    if all(type(a) is float for a in args[1:]) and _view(tensor) is not None:
+    prescale, postscale), or None when the arguments cannot make one."""
+    if all(type(a) is float for a in args[1:]):
         return (op_type, name) + args
     return None
 
 
 def run(key, tensor):
     """The result of the prepared call filed under `key` on `tensor` (a new tensor; `tensor` itself in
-    place), or None: none filed, or it does not fit (the caller then takes its full path)."""
+    place), or None: none filed, no numpy view, or it does not fit (the caller then takes its full path)."""
     if key is None:
         return None
-    arr = tensor.numpy()
-    out, _ = _sync_calls.lookup(key, arr, key[1])
+    try:
+        call = _prepared_get(key)
+    except TypeError:  # an unhashable name or op: the full path says what is wrong with it
+        return None
+    if call is None:
+        return None
+    arr = _view(tensor)
+    if arr is None:
+        return None
+    out = _sync_calls.run(call, arr, key[1], key[0])
     if out is None:
         return None
     return tensor if out is arr else torch.from_numpy(out)
@@ -67,7 +81,8 @@ def run(key, tensor):
 
 def file(key, tensor, **request) -> None:
     """Files the prepared call for `key` after the full path ran `tensor` with these arguments (the
-    keywords of _sync_calls.prepare: inplace, reduce_op, prescale, postscale, root, out_shape)."""
-    if key is not None:
-        arr = tensor.numpy()
+    keywords of _sync_calls.prepare: inplace, reduce_op, prescale, postscale, root, out_shape), when the
+    tensor has a numpy view."""
+    arr = None if key is None else _view(tensor)
+    if arr is not None:
         _sync_calls.prepare(key, key[0], dtype_code(arr, None, "prepared call"), arr, key[1], **request)

@@ -1,7 +1,8 @@
-"""Paired A/B timing of allreduce candidates inside ONE set of processes (a development tool
+"""Paired A/B timing of collective candidates inside ONE set of processes (a development tool
 for tuning the latency and bandwidth paths).
 
     python benchmarks/perf_interleave.py --np 2 --sizes 4,1M,64M --cands "core core-tcp mpi gloo"
+    python benchmarks/perf_interleave.py --np 4 --op alltoall --sizes 16M,64M --cands "core mpi"
     python benchmarks/perf_interleave.py --np 4 --sizes 64M --cands "core-tcp mpi" --mpi-tcp  # MPI over TCP
     python benchmarks/perf_interleave.py --np 2 --sizes 64M --cands "core core:seg=256K core:seg=1M,win=2"
 
@@ -13,7 +14,10 @@ batch (A B C A B C ...). A state flip then hits every candidate alike, and the p
 survives it. Per batch we record the slowest rank's wall time per call and the CPU time (user+sys,
 getrusage) per call of every rank, which does not depend on how the load shares the cores.
 
-Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo.
+Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo
+(allreduce only). --op picks the collective (allreduce by default); sizes as in collectives.py: the
+buffer for allreduce and broadcast, the gathered output for allgather, one rank's input for alltoall and
+reducescatter.
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
 small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
 ring size), zerocopy=0|1 (reduce straight from the shm ring), alg=auto|ring|small, env.NAME=VALUE (an
@@ -32,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import collectives_worker as W  # noqa: E402
 import common as C  # noqa: E402
 TIMEOUT_S = 120.0
 
@@ -67,10 +72,10 @@ def sys_s():
 
 # ------------------------------------------------------------------------------------------ worker side
 
-class Core:
+class Core(W.CoreBackend):  # allgather, alltoall, broadcast, reducescatter: as collectives.py calls them
     def __init__(self, name, rank, size, port, secret, prefix):
         from pyhorovod import _core
-        self.c = _core
+        self.c, self.rank, self.size = _core, rank, size
         base, _, opts = name.partition(":")
         o = _core.ConnectOptions()
         o.rank, o.size, o.local_rank, o.local_size = rank, size, rank, size
@@ -114,16 +119,8 @@ class Core:
         self.comm.barrier(TIMEOUT_S)
 
 
-class Mpi:
-    def __init__(self):
-        from mpi4py import MPI
-        self.MPI, self.comm = MPI, MPI.COMM_WORLD
-
-    def allreduce(self, a):
-        self.comm.Allreduce(self.MPI.IN_PLACE, a, op=self.MPI.SUM)
-
-    def barrier(self):
-        self.comm.Barrier()
+class Mpi(W.MpiBackend):
+    pass
 
 
 class Gloo:
@@ -146,8 +143,35 @@ class Gloo:
         self.dist.barrier()
 
 
-def worker(args):
+def make_call(o, op, nbytes, rank, size):
+    """(call, check) for candidate o: call() runs the op once on buffers made here; check() counts the
+    wrong elements of the output (an allreduce sums in place, so its check expects the zeros it is left
+    with after the first call's check)."""
     import numpy as np
+    count = max(1, nbytes // 4)
+    base = (np.arange(count) % 7 + 1).astype(np.float32)
+    if op == "allreduce":
+        a = base * (rank + 1)
+        state = {"want": base * (size * (size + 1) // 2)}
+
+        def check():
+            bad = int(np.count_nonzero(a != state["want"]))
+            a[:] = 0   # zeros stay zeros whatever the number of calls
+            state["want"] = np.zeros_like(a)
+            return bad
+        return (lambda: o.allreduce(a)), check
+    if op == "broadcast":
+        want = base * 3
+        a = want.copy() if rank == 0 else np.zeros(count, np.float32)
+        return (lambda: o.broadcast(a)), (lambda: int(np.count_nonzero(a != want)))
+    per = max(1, count // size)
+    send, out_len, want = W._blocks(op, size, rank, per)
+    recv = np.empty(out_len, np.float32)
+    fn = getattr(o, op)
+    return (lambda: fn(send, recv)), (lambda: int(np.count_nonzero(recv != want)))
+
+
+def worker(args):
     if "PERF_RANK" in os.environ:  # --launcher spawn: no MPI in these processes
         world = None
         rank, size = int(os.environ["PERF_RANK"]), int(os.environ["PERF_SIZE"])
@@ -175,33 +199,30 @@ def worker(args):
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     recs = []
     for nbytes in sizes:
-        count = max(1, nbytes // 4)
-        base = (np.arange(count) % 7 + 1).astype(np.float32)
-        bufs = {}
+        calls, checks = {}, {}
         for c, o in objs.items():  # correctness first (exact sums of small integers)
-            a = base * (rank + 1)
-            o.allreduce(a)
-            bad = int(np.count_nonzero(a != base * (size * (size + 1) // 2)))
+            calls[c], checks[c] = make_call(o, args.op, nbytes, rank, size)
+            calls[c]()
+            bad = checks[c]()
             if bad:
-                raise SystemExit(f"rank {rank}: {c} {nbytes} B: {bad} wrong elements")
-            a[:] = 0
-            bufs[c] = a
+                raise SystemExit(f"rank {rank}: {c} {args.op} {nbytes} B: {bad} wrong elements")
             for _ in range(args.warmup):
-                o.allreduce(a)
-        iters = int(min(args.max_iters, max(args.min_iters, args.iter_bytes // (count * 4))))
+                calls[c]()
+        iters = int(min(args.max_iters, max(args.min_iters, args.iter_bytes // max(nbytes, 4))))
         for rnd in range(args.rounds):
             order = cands[rnd % len(cands):] + cands[:rnd % len(cands)]
             for c in order:
-                o, a = objs[c], bufs[c]
+                o, call = objs[c], calls[c]
                 o.barrier()
                 s0, c0, t0 = sys_s(), cpu_s(), time.perf_counter()
                 for _ in range(iters):
-                    o.allreduce(a)
+                    call()
                 t1, c1, s1 = time.perf_counter(), cpu_s(), sys_s()
                 recs.append((c, nbytes, rnd, (t1 - t0) / iters, (c1 - c0) / iters, (s1 - s0) / iters))
         for c in cands:
-            if np.count_nonzero(bufs[c]):
-                raise SystemExit(f"rank {rank}: {c} {nbytes} B: zeros did not stay zero")
+            bad = checks[c]()
+            if bad:
+                raise SystemExit(f"rank {rank}: {c} {args.op} {nbytes} B: {bad} wrong elements after the timing")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if world is None:
         print("@@RANK " + json.dumps([recs, peak_kb]), flush=True)
@@ -221,7 +242,7 @@ def worker(args):
 
 # ------------------------------------------------------------------------------------------ driver side
 
-def report(allr, n, label):
+def report(allr, n, label, op):
     # key (cand, bytes, round) -> max wall over ranks, mean cpu over ranks
     by = {}
     for recs, _ in allr:
@@ -237,7 +258,7 @@ def report(allr, n, label):
         if b not in sizes:
             sizes.append(b)
     sizes.sort()
-    print(f"\n# allreduce float32, n={n} {label}: median over rounds of (slowest rank wall per call);"
+    print(f"\n# {op} float32, n={n} {label}: median over rounds of (slowest rank wall per call);"
           f" cpu = mean over ranks of user+sys per call (sys: the kernel's part);"
           f" ratio = median over rounds of wall(cand)/wall({cands[0]})")
     hdr = (f"{'size':>6} {'cand':28s} {'wall(us)':>10} {'busbw(GB/s)':>11} {'cpu(us)':>10} {'sys(us)':>9}"
@@ -253,12 +274,12 @@ def report(allr, n, label):
             syss = [statistics.fmean(by[(c, b, r)][2]) for r in rounds if (c, b, r) in by]
             w = statistics.median(walls.values())
             ratio = statistics.median(walls[r] / ref[r] for r in walls if r in ref)
-            busbw = b / w / 1e9 * 2 * (n - 1) / n
+            busbw = b / w / 1e9 * C.bus_factor(op, n)
             print(f"{fmt_size(b):>6} {c:28s} {w * 1e6:10.1f} {busbw:11.3f} {statistics.median(cpus) * 1e6:10.1f}"
                   f" {statistics.median(syss) * 1e6:9.1f}"
                   f" {ratio:7.3f} {min(walls.values()) * 1e6:8.0f}..{max(walls.values()) * 1e6:<8.0f}")
-            out.append({"n": n, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw, "cpu_s": statistics.median(cpus),
-                        "sys_s": statistics.median(syss),
+            out.append({"n": n, "op": op, "cand": c, "bytes": b, "wall_s": w, "busbw": busbw,
+                        "cpu_s": statistics.median(cpus), "sys_s": statistics.median(syss),
                         "ratio_to_first": ratio, "rounds": len(walls)})
     print("peak RSS per rank (MiB): " + ", ".join(f"{kb / 1024:.0f}" for _, kb in allr))
     return out
@@ -268,6 +289,8 @@ def main():
     p = C.arg_parser(__doc__)
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--sizes", default="4,1M,64M")
+    p.add_argument("--op", default="allreduce", choices=("allreduce", "allgather", "alltoall", "broadcast",
+                                                          "reducescatter"))
     p.add_argument("--cands", default="core core-tcp mpi gloo", help="space-separated (quote the list)")
     p.add_argument("--mpi-tcp", action="store_true", help="Open MPI over TCP only (pml ob1, btl self,tcp)")
     p.add_argument("--rounds", type=int, default=9)
@@ -327,7 +350,7 @@ def main():
     label = "(mpi = Open MPI TCP only)" if args.mpi_tcp else "(mpi = Open MPI default: shared memory)"
     if args.launcher == "spawn":
         label = "(ranks spawned, one session each)"
-    out = report(allr, args.np, label)
+    out = report(allr, args.np, label, args.op)
     print(f"({time.time() - t0:.0f} s; load average {os.getloadavg()[0]:.1f})")
     if args.json:
         C.write_result(args.json, {"argv": sys.argv, "results": out})

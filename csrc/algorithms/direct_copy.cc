@@ -3,8 +3,11 @@
 //  - allgather: every rank publishes its block to every peer and reads every peer's block straight into
 //    its output, starting with its right neighbour (so the p readers of a round do not all read rank 0).
 //    (p-1)/p of the output is copied once per rank, where the ring copies it twice.
-//  - broadcast: the root publishes its buffer to every other rank, which reads all of it; the root waits
-//    for every reader. One copy per rank, all readers at once, where the chain copies twice per hop.
+//  - broadcast: the root publishes its buffer to every other rank, and every other rank publishes its
+//    own. Each reader reads all but the last 1/p of the buffer while the root writes that last part
+//    straight into the reader's buffer (process_vm_writev): otherwise the root would sit idle while the
+//    readers copy, and at 2 ranks one core would do all the work. Each side then tells the other it is
+//    done. One copy per byte, where the chain copies twice per hop.
 //  - reducescatter: every rank publishes block q of its input to rank q; rank r builds block r in its
 //    output in rank order 0, 1, .., p-1 (the same order on every rank: the result does not depend on who
 //    reduces): rank 0's block read straight into the output, the others' read piece by piece into a
@@ -68,14 +71,22 @@ void DirectExchange::wait() {
   ids_.clear();
 }
 
-void DirectExchange::read(int from, size_t want, size_t at, void* dst, size_t len) {
+Published DirectExchange::published(int from, size_t want, size_t at, size_t len) const {
   const uint8_t* d = in_.data() + kDescriptorBytes * static_cast<size_t>(from);
   const Published p{load_le<uint64_t>(d), load_le<uint64_t>(d + 8)};
   if (p.len != want || at + len > want)
     throw_peer_error(ErrorKind::INTERNAL, comm_.global(from), "rank ", comm_.transport->rank(), ": ", op_, ": ",
                      comm_.transport->describe_peer(comm_.global(from)), " published ", p.len, " bytes where ", want,
                      " were expected (ranks disagree on the sizes)");
-  comm_.transport->read_direct(comm_.global(from), p.addr + at, dst, len, op_);
+  return p;
+}
+
+void DirectExchange::read(int from, size_t want, size_t at, void* dst, size_t len) {
+  comm_.transport->read_direct(comm_.global(from), published(from, want, at, len).addr + at, dst, len, op_);
+}
+
+void DirectExchange::write(int to, size_t want, size_t at, const void* src, size_t len) {
+  comm_.transport->write_direct(comm_.global(to), published(to, want, at, len).addr + at, src, len, op_);
 }
 
 void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
@@ -115,20 +126,34 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
 
 void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline) {
   const int p = comm.size(), r = comm.rank();
+  const size_t share = bytes / static_cast<size_t>(p);  // the root writes the last `share` bytes of each reader
+  const size_t head = bytes - share;                    // each reader reads the rest
+  char* b = static_cast<char*>(buf);
   DirectExchange x(comm, "broadcast", deadline);
   if (r == root) {
     for (int q = 0; q < p; ++q) {
       if (q == r) continue;
+      x.post_expect(q);
       x.post_publish(q, buf, bytes);
-      x.post_wait_done(q);
+    }
+    x.wait();
+    for (int s = 1; s < p; ++s) {
+      const int q = (root + s) % p;
+      x.write(q, bytes, head, b + head, share);
+      x.post_done(q);
+    }
+    for (int q = 0; q < p; ++q) {
+      if (q != r) x.post_wait_done(q);
     }
     x.wait();
     return;
   }
   x.post_expect(root);
+  x.post_publish(root, buf, bytes);
   x.wait();
-  x.read(root, buf, bytes);
+  x.read(root, bytes, 0, b, head);
   x.post_done(root);
+  x.post_wait_done(root);  // until then the root may still be writing our last part
   x.wait();
 }
 

@@ -1,9 +1,10 @@
 // Internal: single-copy collectives between ranks of one host (transport/cross_memory.h). Instead of
 // sending its bytes through the shared-memory ring (a copy in, a copy out), a rank publishes where they lie
 // -- a 16-byte message {address, length} -- and the peer copies them straight into place with one
-// Transport::read_direct. Lifetime: the owner returns, and so may change or free the buffer, only after
-// every reader has sent it an empty "done" message, so the bytes stay valid and unchanged while read; the
-// readers only read, so inputs are left as they were.
+// Transport::read_direct (broadcast's root also writes part of each reader's buffer, write_direct).
+// Lifetime: the owner returns, and so may change or free the buffer, only after every peer copying from
+// or into it has sent it an empty "done" message, so the bytes stay valid and unchanged meanwhile; readers
+// only read, so inputs are left as they were.
 //
 // When: Transport::direct_bytes() is the same on every rank, and every size a decision looks at is known to
 // both ends of the copy, so both ends always take the same path.
@@ -41,8 +42,11 @@ class DirectExchange {
   void read(int from, size_t want, size_t at, void* dst, size_t len);
   // The same, the whole published range.
   void read(int from, void* dst, size_t len) { read(from, len, 0, dst, len); }
+  // Copies len bytes of src to offset `at` of what `to` published (checking its length is `want`).
+  void write(int to, size_t want, size_t at, const void* src, size_t len);
 
  private:
+  Published published(int from, size_t want, size_t at, size_t len) const;  // checked against want
   const Comm& comm_;
   const char* op_;
   Deadline deadline_;

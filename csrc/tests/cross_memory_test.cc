@@ -1,10 +1,10 @@
-// Single-copy reads (transport/cross_memory.h, algorithms/direct_copy.h) between threads of one process
-// over TcpTransport with shared memory: cross_memory_read of our own memory (exact bytes, a bad address
-// -> EFAULT, a missing process -> ESRCH); the connect-time agreement (on only where every rank can and
+// Single-copy reads and writes (transport/cross_memory.h, algorithms/direct_copy.h) between threads of one
+// process over TcpTransport with shared memory: cross_memory_read and _write of our own memory (exact
+// bytes, a bad address -> EFAULT, a missing process -> ESRCH); the connect-time agreement (on only where every rank can and
 // wants, the largest threshold; off on every rank when one rank's probe is refused or one rank turns it
 // off, and over TCP); allgather, broadcast, alltoall and reducescatter taking the single copy, with exact
 // results, uneven blocks, an in-place allgather, and alltoall mixing copied and ring blocks; a failing
-// read names our rank, the peer and the op.
+// read or write names our rank, the peer and the op.
 #include <unistd.h>
 
 #include <cstdio>
@@ -78,6 +78,12 @@ void test_read_own_memory() {
   CHECK(cross_memory_read(getpid(), 0, dst.data(), 0) == 0);
   CHECK(cross_memory_read(0x7ffffff0, reinterpret_cast<uintptr_t>(src.data()), dst.data(), 16) == ESRCH);
   std::printf("ok   cross_memory_read of our own memory\n");
+  std::vector<char> back(src.size());
+  CHECK(cross_memory_write(getpid(), reinterpret_cast<uintptr_t>(back.data()), src.data(), src.size()) == 0);
+  CHECK(back == src);
+  CHECK(cross_memory_write(getpid(), 8, src.data(), 16) == EFAULT);
+  CHECK(cross_memory_write(0x7ffffff0, reinterpret_cast<uintptr_t>(back.data()), src.data(), 16) == ESRCH);
+  std::printf("ok   cross_memory_write into our own memory\n");
 }
 
 void test_agreement() {
@@ -167,6 +173,10 @@ void test_read_failure() {
   expect_error("a read of an unmapped address", ErrorKind::INTERNAL,
                {"rank 0", "rank 1", "allgather", "single-copy read of 16 bytes"},
                [&] { mesh[0]->read_direct(1, 8, buf, sizeof(buf), "allgather"); });
+  auto again = make_mesh(store, 2, "fail-write", Setup{});
+  expect_error("a write to an unmapped address", ErrorKind::INTERNAL,
+               {"rank 0", "rank 1", "broadcast", "single-copy write of 16 bytes"},
+               [&] { again[0]->write_direct(1, 8, buf, sizeof(buf), "broadcast"); });
 }
 
 }  // namespace

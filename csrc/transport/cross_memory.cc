@@ -15,7 +15,7 @@
 namespace phv {
 namespace {
 
-// One process_vm_readv call moves at most this much, so a huge read is a series of bounded system calls
+// One process_vm_readv (or writev) call moves at most this much, so a huge read is a series of bounded system calls
 // (the kernel pins the pages of each call) rather than one that pins gigabytes.
 constexpr size_t kMaxReadBytes = size_t(64) << 20;
 constexpr size_t kProbeBytes = 24;  // {pid u64, address u64, value u64}, little-endian
@@ -23,21 +23,36 @@ constexpr size_t kAgreeBytes = 9;   // {threshold u64, every pair of mine can re
 
 }  // namespace
 
-int cross_memory_read(pid_t pid, uint64_t remote, void* dst, size_t len) {
+namespace {
+
+// process_vm_readv (write false) or process_vm_writev (write true) of len bytes between `mine` and
+// `remote` in pid, in bounded calls, continuing after partial transfers and retrying on EINTR.
+int cross_memory_copy(pid_t pid, uint64_t remote, void* mine, size_t len, bool write) {
   size_t done = 0;
   while (done < len) {
     const size_t n = std::min(len - done, kMaxReadBytes);
-    iovec local{static_cast<char*>(dst) + done, n};
+    iovec local{static_cast<char*>(mine) + done, n};
     iovec far{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), n};
-    ssize_t got = process_vm_readv(pid, &local, 1, &far, 1, 0);
+    ssize_t got = write ? process_vm_writev(pid, &local, 1, &far, 1, 0) : process_vm_readv(pid, &local, 1, &far, 1, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    if (got == 0) return EFAULT;  // a partial read stops at the first unreadable page: nothing moved here
+    if (got == 0) return EFAULT;  // a partial copy stops at the first inaccessible page: nothing moved here
     done += static_cast<size_t>(got);
   }
   return 0;
+}
+
+}  // namespace
+
+int cross_memory_read(pid_t pid, uint64_t remote, void* dst, size_t len) {
+  return cross_memory_copy(pid, remote, dst, len, false);
+}
+
+int cross_memory_write(pid_t pid, uint64_t remote, const void* src, size_t len) {
+  // process_vm_writev only reads the local iovec; its type is just not const.
+  return cross_memory_copy(pid, remote, const_cast<void*>(src), len, true);
 }
 
 CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std::vector<std::string>& addrs,

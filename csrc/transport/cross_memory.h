@@ -45,5 +45,8 @@ CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std:
 // Copies len bytes at address `remote` of process pid into dst, continuing after partial reads and
 // retrying on EINTR. Returns 0, or the errno of the failure (EFAULT for a read that stopped short).
 int cross_memory_read(pid_t pid, uint64_t remote, void* dst, size_t len);
+// The other way (process_vm_writev): len bytes of src into process pid at `remote`. The kernel checks the
+// same permission for writes as for reads, so the connect-time probe of reads covers both.
+int cross_memory_write(pid_t pid, uint64_t remote, const void* src, size_t len);
 
 }  // namespace phv

@@ -54,6 +54,14 @@ void ExplainingTransport::read_direct(int peer, uint64_t addr, void* dst, size_t
   }
 }
 
+void ExplainingTransport::write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) {
+  try {
+    inner_.write_direct(peer, addr, src, len, op);
+  } catch (const HvdError& e) {
+    rethrow(e);
+  }
+}
+
 void ExplainingTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   try {
     inner_.progress(completed, deadline);

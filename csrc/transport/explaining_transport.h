@@ -37,6 +37,7 @@ class ExplainingTransport : public Transport {
   // So must the single-copy reads, or the engine's large collectives would keep the two-copy rings.
   size_t direct_bytes() const override { return inner_.direct_bytes(); }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
+  void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return inner_.pending(); }
   std::string describe_peer(int peer) const override { return inner_.describe_peer(peer); }

@@ -87,18 +87,28 @@ void TcpTransport::close() {
 }
 
 void TcpTransport::read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) {
+  copy_direct(peer, addr, dst, len, false, op);
+}
+
+void TcpTransport::write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) {
+  copy_direct(peer, addr, const_cast<void*>(src), len, true, op);
+}
+
+void TcpTransport::copy_direct(int peer, uint64_t addr, void* mine, size_t len, bool write, const char* op) {
+  const char* what = write ? "write" : "read";
   check_usable(peer, op);
   if (len == 0) return;
   if (direct_.direct_bytes == 0 || peer == rank_)
-    throw_peer_error(ErrorKind::INTERNAL, peer, "rank ", rank_, ": ", op, ": single-copy read from ",
-                     describe_peer(peer), " without an agreed cross-memory link");
-  const int err = cross_memory_read(direct_.pids[peer], addr, dst, len);
+    throw_peer_error(ErrorKind::INTERNAL, peer, "rank ", rank_, ": ", op, ": single-copy ", what,
+                     write ? " to " : " from ", describe_peer(peer), " without an agreed cross-memory link");
+  const int err = write ? cross_memory_write(direct_.pids[peer], addr, mine, len)
+                        : cross_memory_read(direct_.pids[peer], addr, mine, len);
   if (err == 0) return;
-  // ESRCH: the process is gone. Anything else (EFAULT, EPERM) means the published range was not readable.
-  // Either way the transport fails as a whole, so the owner waiting for our "done" fails at once too.
+  // ESRCH: the process is gone. Anything else (EFAULT, EPERM) means the published range was not accessible.
+  // Either way the transport fails as a whole, so the peer waiting for our "done" fails at once too.
   fail(err == ESRCH ? ErrorKind::PEER_LOST : ErrorKind::INTERNAL,
-       std::string(op) + ": single-copy read of " + std::to_string(len) + " bytes from " + describe_peer(peer) +
-           " failed: " + errno_text(err),
+       std::string(op) + ": single-copy " + what + " of " + std::to_string(len) + " bytes" +
+           (write ? " to " : " from ") + describe_peer(peer) + " failed: " + errno_text(err),
        peer);
 }
 

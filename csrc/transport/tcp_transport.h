@@ -49,6 +49,7 @@ class TcpTransport : public Transport, private LinkHost {
   bool shared_memory_everywhere() const override { return all_local_; }
   size_t direct_bytes() const override { return direct_.direct_bytes; }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
+  void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return pending_; }
   std::string describe_peer(int peer) const override;
@@ -79,6 +80,9 @@ class TcpTransport : public Transport, private LinkHost {
   std::string waiting_for() const;                  // the pending requests (up to 4), for messages
   int first_waiting_peer() const;                   // the peer waiting_for() names first; kNoPeer if none
   void check_usable(int peer, const char* what) const;
+  // read_direct (write false) or write_direct (true): the checks, the copy, and the failure of the whole
+  // transport when it fails.
+  void copy_direct(int peer, uint64_t addr, void* mine, size_t len, bool write, const char* op);
 
   int rank_, size_;
   int spin_us_;

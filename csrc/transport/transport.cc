@@ -16,6 +16,11 @@ void Transport::read_direct(int peer, uint64_t /*addr*/, void* /*dst*/, size_t l
                    describe_peer(peer), " is not supported by this transport");
 }
 
+void Transport::write_direct(int peer, uint64_t /*addr*/, const void* /*src*/, size_t len, const char* op) {
+  throw_peer_error(ErrorKind::INTERNAL, peer, "rank ", rank(), ": ", op, ": single-copy write of ", len, " bytes to ",
+                   describe_peer(peer), " is not supported by this transport");
+}
+
 void Transport::wait_all(const std::vector<RequestId>& ids, Deadline deadline) {
   // A linear scan: collectives wait for a handful of requests at a time, and this sits on the
   // small-message path (no hash set to allocate per call).

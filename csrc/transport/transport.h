@@ -63,8 +63,11 @@ class Transport {
   // some pair of ranks cannot. read_direct() copies len bytes at `addr` in peer's address space (an address
   // the peer published, and keeps valid until we tell it we are done) into dst; throws HvdError naming our
   // rank, the peer and `op`.
+  // write_direct() is the other way: len bytes of src into peer's memory at `addr` (a range the peer
+  // published for that, and does not touch until we tell it we are done).
   virtual size_t direct_bytes() const { return 0; }
   virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
+  virtual void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op);
 
   // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
   // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.

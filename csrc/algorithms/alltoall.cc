@@ -4,11 +4,13 @@
 // spot. Zero-length blocks are still exchanged: the transport's length check then catches callers that
 // disagree on the splits. My own block is a local copy.
 //
-// Single copies (direct_copy.h): a block of at least Transport::direct_bytes() -- a size both its sender
-// and its receiver know -- travels as its 16-byte address instead, all of them posted first, and the
-// receiver reads it straight from the sender's input; then every reader tells its sender it is done, and a
-// sender waits for that before returning (its input must stay as it was while read). Each direction of a
-// pair carries one message (address or block) either way, so the reordering keeps every pair's order.
+// Single copies (direct_copy.h): for a block of at least Transport::direct_bytes() -- a size both its
+// sender and its receiver know -- the receiver publishes where the block goes in its output (a 16-byte
+// address), all of them posted first, and the sender writes it there straight from its input (writes:
+// the far side is then the output, on huge pages when the engine allocated it; see direct_copy.cc); then
+// every sender tells its receiver it is done, and a receiver waits for that before returning. Each
+// direction of a pair carries one message (address or block) either way, so the reordering keeps every
+// pair's order.
 #include <cstring>
 #include <vector>
 
@@ -35,7 +37,7 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
   const auto ur = static_cast<size_t>(r);
   PHV_CHECK_ARG(send_bytes[ur] == recv_bytes[ur], "alltoall: rank ", r, " sends ", send_bytes[ur],
                 " bytes to itself but expects ", recv_bytes[ur]);
-  std::vector<char> copy;  // peers read our input while we write our output: publish a copy if they overlap
+  std::vector<char> copy;  // peers write our output while we read our input: send from a copy if they overlap
   bool any_direct = false;
   for (int i = 0; i < p; ++i)
     any_direct = any_direct || (i != r && use_direct(comm, send_bytes[static_cast<size_t>(i)]));
@@ -45,18 +47,18 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
   }
   Transport* tr = comm.transport;
   DirectExchange x(comm, "alltoall", deadline);
-  std::vector<int> readers, sources;  // set ranks that read from us / that we read from
-  // Every descriptor goes out before anything else, so that peers can start reading from us while we copy
+  std::vector<int> writers, targets;  // set ranks that write to us / that we write to
+  // Every descriptor goes out before anything else, so that peers can start writing to us while we copy
   // our own block: with more ranks than cores, a step-by-step exchange of descriptors left cores idle.
   for (int step = 1; step < p; ++step) {
     const int from = (r - step + p) % p, to = (r + step) % p;
     if (use_direct(comm, recv_bytes[static_cast<size_t>(from)])) {
-      x.post_expect(from);
-      sources.push_back(from);
+      x.post_publish(from, d + roff[static_cast<size_t>(from)], recv_bytes[static_cast<size_t>(from)]);
+      writers.push_back(from);
     }
     if (use_direct(comm, send_bytes[static_cast<size_t>(to)])) {
-      x.post_publish(to, s + soff[static_cast<size_t>(to)], send_bytes[static_cast<size_t>(to)]);
-      readers.push_back(to);
+      x.post_expect(to);
+      targets.push_back(to);
     }
   }
   if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
@@ -75,9 +77,12 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
     if (posted) x.wait();
   }
   x.wait();  // the descriptors, where no step waited for them
-  for (int from : sources) x.read(from, d + roff[static_cast<size_t>(from)], recv_bytes[static_cast<size_t>(from)]);
-  for (int from : sources) x.post_done(from);
-  for (int to : readers) x.post_wait_done(to);
+  for (int to : targets) {
+    const auto t = static_cast<size_t>(to);
+    x.write(to, send_bytes[t], 0, s + soff[t], send_bytes[t]);
+    x.post_done(to);
+  }
+  for (int from : writers) x.post_wait_done(from);  // until then `from` may still be writing to us
   x.wait();
 }
 

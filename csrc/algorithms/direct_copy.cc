@@ -1,8 +1,11 @@
 // Single-copy allgather, broadcast and reducescatter (direct_copy.h); alltoall mixes single copies into its
 // pairwise exchange block by block (alltoall.cc).
-//  - allgather: every rank publishes its block to every peer and reads every peer's block straight into
-//    its output, starting with its right neighbour (so the p readers of a round do not all read rank 0).
-//    (p-1)/p of the output is copied once per rank, where the ring copies it twice.
+//  - allgather: every rank publishes its output to every peer and writes its own block straight into
+//    every peer's output, starting with its right neighbour (so the p writers of a round do not all
+//    write to rank 0). (p-1)/p of the output is copied once per rank, where the ring copies it twice.
+//    Writing rather than reading: the kernel pins the far side's pages one by one, and an output the
+//    engine allocated is on huge pages where a caller's input (a torch tensor, say) is often on 4 KiB
+//    ones, which made reads of it 2-3x slower (benchmarks/RESULTS.md, "Where CMA's speed comes from").
 //  - broadcast: the root publishes its buffer to every other rank, and every other rank publishes its
 //    own. Each reader reads all but the last 1/p of the buffer while the root writes that last part
 //    straight into the reader's buffer (process_vm_writev): otherwise the root would sit idle while the
@@ -96,7 +99,7 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
   const Range& mine = blocks[static_cast<size_t>(r)];
   char* out = static_cast<char*>(recv);
   const size_t total = blocks.back().offset + blocks.back().count;
-  // Peers read `send` while we write the other blocks of recv: publish a copy if send lies inside them.
+  // Peers write the other blocks of recv while we still read `send`: write from a copy if send lies there.
   std::vector<char> copy;
   if (send != out + mine.offset && ranges_overlap(send, mine.count, recv, total)) {
     copy.assign(static_cast<const char*>(send), static_cast<const char*>(send) + mine.count);
@@ -106,20 +109,18 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
   for (int q = 0; q < p; ++q) {
     if (q == r) continue;
     x.post_expect(q);
-    x.post_publish(q, send, mine.count);
+    x.post_publish(q, recv, total);
   }
-  // Our own block while the descriptors travel: peers may already be reading from us.
+  // Our own block while the descriptors travel: peers may already be writing to us.
   if (mine.count > 0 && out + mine.offset != send) std::memmove(out + mine.offset, send, mine.count);
   x.wait();
   for (int s = 1; s < p; ++s) {
     const int q = (r + s) % p;
-    const Range& b = blocks[static_cast<size_t>(q)];
-    x.read(q, out + b.offset, b.count);
+    x.write(q, total, mine.offset, send, mine.count);
+    x.post_done(q);
   }
   for (int q = 0; q < p; ++q) {
-    if (q == r) continue;
-    x.post_wait_done(q);
-    x.post_done(q);
+    if (q != r) x.post_wait_done(q);  // until then peers may still be writing to us
   }
   x.wait();
 }

@@ -1,10 +1,11 @@
 // Internal: single-copy collectives between ranks of one host (transport/cross_memory.h). Instead of
-// sending its bytes through the shared-memory ring (a copy in, a copy out), a rank publishes where they lie
-// -- a 16-byte message {address, length} -- and the peer copies them straight into place with one
-// Transport::read_direct (broadcast's root also writes part of each reader's buffer, write_direct).
+// sending bytes through the shared-memory ring (a copy in, a copy out), a rank publishes a buffer -- a
+// 16-byte message {address, length} -- and the peer copies straight between it and its own buffer:
+// Transport::write_direct into a published output (allgather, alltoall, part of a broadcast), or
+// Transport::read_direct from a published input (reducescatter, the rest of a broadcast).
 // Lifetime: the owner returns, and so may change or free the buffer, only after every peer copying from
-// or into it has sent it an empty "done" message, so the bytes stay valid and unchanged meanwhile; readers
-// only read, so inputs are left as they were.
+// or into it has sent it an empty "done" message, so the bytes stay valid and unchanged meanwhile; inputs
+// are only ever read, so they are left as they were.
 //
 // When: Transport::direct_bytes() is the same on every rank, and every size a decision looks at is known to
 // both ends of the copy, so both ends always take the same path.

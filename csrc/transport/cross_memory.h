@@ -1,8 +1,8 @@
-// Single-copy reads between ranks of one host. Cross-memory attach (CMA): process_vm_readv(2) copies bytes
-// straight from another process's address space into ours, one copy where a shared-memory ring costs two
-// (into the ring, out of it). The owner publishes a buffer's address and length (a small message over the
-// transport); the reader copies from there; the owner keeps the buffer untouched until the reader says it
-// is done (algorithms/direct_collectives.cc).
+// Single copies between ranks of one host. Cross-memory attach (CMA): process_vm_readv(2) copies bytes
+// straight from another process's address space into ours, process_vm_writev(2) from ours into another's:
+// one copy where a shared-memory ring costs two (into the ring, out of it). The owner publishes a buffer's
+// address and length (a small message over the transport); the peer copies from or into it; the owner
+// keeps the buffer for it until the peer says it is done (algorithms/direct_copy.h).
 //
 // Permission: the kernel lets a process read another's memory only where it could ptrace it, which a
 // Yama ptrace_scope, a container's seccomp profile or separate pid namespaces can refuse even for the same

@@ -149,8 +149,10 @@ KNOBS: Tuple[Knob, ...] = (
          "-1: automatic", minimum=-1, allowed=(-1, 0, 1), field="shm_spin_yield",
          option="connect.shm_spin_yield", newer_core=True),
     Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", 4 << 20, "shared memory: copies of at least this many bytes (a "
-         "rank's block in allgather, alltoall and reducescatter, the buffer in broadcast) read the peer's buffer "
-         "in place with one process_vm_readv instead of two copies through the ring; 0: off. Used only where "
+         "rank's block in allgather, alltoall and reducescatter, the buffer in broadcast) are one copy straight "
+         "between the two ranks' buffers (process_vm_writev into the peer's output for allgather and alltoall, "
+         "process_vm_readv of its input for reducescatter; a broadcast's readers read all but the last 1/p, "
+         "which the root writes) instead of two copies through the ring; 0: off. Used only where "
          "every pair of ranks can (probed at start; refused by ptrace restrictions, seccomp, pid namespaces)",
          minimum=0, field="shm_direct_bytes", option="connect.shm_direct_bytes", newer_core=True),
     Knob("PYHOROVOD_SHM_DIRECT_REFUSE", "bool", False, "test hook: the single-copy probe reports refused, so "

@@ -29,10 +29,10 @@ namespace {
 
 struct Setup {
   bool shm = true;
-  size_t want = 256;      // every rank's threshold ...
-  int odd_rank = -1;      // ... but this rank's, which is odd_want
+  size_t want = 256;  // every rank's threshold ...
+  int odd_rank = -1;  // ... but this rank's, which is odd_want
   size_t odd_want = 0;
-  int refuse_rank = -1;   // this rank's probe reports refused
+  int refuse_rank = -1;  // this rank's probe reports refused
 };
 
 std::vector<std::unique_ptr<TcpTransport>> make_mesh(MemoryStore& store, int n, const std::string& prefix,

@@ -20,6 +20,15 @@ def express_counts(stderr):
     return int(m.group(2)), int(m.group(3))
 
 
+def agreed_counts(body, size, timeout, iterations):
+    """(express hits, misses) of a run of `body`, after checking that every rank counted the same: every
+    rank took the same branch every round."""
+    results = run_ranks(body, size, timeout=timeout, args=(iterations,), env={"HOROVOD_LOG_LEVEL": "info"})
+    counts = [express_counts(res.stderr) for res in results]
+    assert all(c == counts[0] for c in counts), counts
+    return counts[0]
+
+
 def body_exact(iterations):
     import pyhorovod as hvd
     hvd.init()
@@ -41,12 +50,10 @@ def body_exact(iterations):
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_steady_small_allreduces_go_express_with_exact_results(size):
-    results = run_ranks(body_exact, size, timeout=180, args=(20,), env={"HOROVOD_LOG_LEVEL": "info"})
-    counts = [express_counts(res.stderr) for res in results]
-    assert all(c == counts[0] for c in counts), counts  # every rank took the same branch every round
+    hits, misses = agreed_counts(body_exact, size, 180, 20)
     # 31 dtype/op streams of 20 calls: all but the first few calls of each stream can go express; a call
     # whose peers are descheduled (4 ranks on 2 loaded cores) misses, so the bound leaves room for that.
-    assert counts[0][0] >= 31 * 5, counts
+    assert hits >= 31 * 5, (hits, misses)
 
 
 def body_change(iterations):
@@ -81,11 +88,8 @@ def body_change(iterations):
 def test_a_rank_changing_op_or_shape_mid_stream_falls_back(size):
     # 3 steady phases of 40 calls; under load a call whose peers are not ready misses the express round,
     # so the bound asks for far fewer hits than calls.
-    results = run_ranks(body_change, size, timeout=120, args=(40,), env={"HOROVOD_LOG_LEVEL": "info"})
-    counts = [express_counts(res.stderr) for res in results]
-    assert all(c == counts[0] for c in counts), counts
-    hits, misses = counts[0]
-    assert hits >= 3 * 5 and misses >= 2, counts
+    hits, misses = agreed_counts(body_change, size, 120, 40)
+    assert hits >= 3 * 5 and misses >= 2, (hits, misses)
 
 
 def body_alltoall(iterations):
@@ -122,8 +126,6 @@ def body_alltoall(iterations):
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_small_alltoalls_go_express_with_exact_results(size):
-    results = run_ranks(body_alltoall, size, timeout=180, args=(30,), env={"HOROVOD_LOG_LEVEL": "info"})
-    counts = [express_counts(res.stderr) for res in results]
-    assert all(c == counts[0] for c in counts), counts
+    hits, misses = agreed_counts(body_alltoall, size, 180, 30)
     # 2 streams x 60 calls; as above, calls whose peers are descheduled may miss
-    assert counts[0][0] >= 40, counts
+    assert hits >= 40, (hits, misses)

@@ -56,9 +56,9 @@ class Pool {
 };
 
 // Transparent huge pages (2 MiB) for the whole 2 MiB-aligned part of a fresh buffer, asked before its
-// first touch. Peers read these outputs with process_vm_readv, and this rank writes them with memcpy: the
-// kernel pins the pages one at a time, and with 4 KiB pages a cross-memory read of 16 MiB ran at about a
-// third of the speed of one from huge pages (benchmarks/cma_copy.py). numpy asks the same for its large
+// first touch. Peers write these outputs with process_vm_writev (algorithms/direct_copy.h), and this rank
+// with memcpy: the kernel pins the far side's pages one at a time, and with 4 KiB pages a cross-memory
+// copy of 16 MiB ran at about a third of the speed it reaches on huge pages (benchmarks/cma_copy.py). numpy asks the same for its large
 // arrays, so the raw core's numpy buffers already had them. Advice only: where the kernel refuses, the
 // buffer simply keeps small pages.
 void advise_huge_pages(void* data, size_t bytes) {

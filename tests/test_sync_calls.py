@@ -126,7 +126,8 @@ def body_broadcast(iterations):
         (np.arange(3, dtype=np.int64) + r, n - 1, "b", False, np.arange(3, dtype=np.int64) + n - 1),
         (np.full((2, 2), r, np.float64), 0, "b", True, np.zeros((2, 2))),                    # in place, new shape
         (np.full(64, r, np.uint8), n - 1, None, True, np.full(64, n - 1, np.uint8)),
-        (np.full(1000, r, np.float32), 0, None, False, np.zeros(1000, np.float32)),          # above the inline size
+        (np.full(1000, r, np.float32), 0, None, False, np.zeros(1000, np.float32)),          # head and tail
+        (np.full(1200, r, np.float32), 0, None, False, np.zeros(1200, np.float32)),          # above the inline size
     ]
     for x, root, name, inplace, want in streams:
         for i in range(iterations):

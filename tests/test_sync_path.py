@@ -12,8 +12,9 @@ import pytest
 
 from mp import run_ranks
 
-# elements per rank: one, a few, past the inline-reduction limit (256 B), past one ring segment
-COUNTS = (1, 3, 65, 300_001)
+# elements per rank: one, a few, past the express round's head (256 B), past the inline-reduction limit
+# (4 KiB), past one ring segment
+COUNTS = (1, 3, 65, 1025, 300_001)
 SYNC_OPS = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter")
 
 

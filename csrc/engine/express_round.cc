@@ -43,7 +43,7 @@ bool ExpressRound::run(const RankMessage& msg, Deadline deadline) {
 void ExpressRound::begin(const RankMessage& msg) {
   Header& h = header(mine_);
   h = Header{0, -1, 0, 0};
-  std::memset(mine_.data() + kHeaderBytes, 0, kInlineBytes);  // no stale bytes on the wire
+  std::memset(mine_.data() + kHeaderBytes, 0, kHeadBytes - kHeaderBytes);  // no stale bytes on the wire
   if (ready(msg)) {
     const InlineData& rec = msg.inlines[0];
     h.ready = 1;
@@ -65,6 +65,8 @@ void ExpressRound::begin(const RankMessage& msg) {
       h.holds = 1u << transport_.rank();
     }
     if (at + rec.data.size() <= kInlineBytes && h.len <= kInlineBytes) {
+      if (h.len > kHeadBytes - kHeaderBytes)  // zero the tail too: a concatenation sends blocks it lacks yet
+        std::memset(mine_.data() + kHeadBytes, 0, h.len - (kHeadBytes - kHeaderBytes));
       std::memcpy(mine_.data() + kHeaderBytes + at, rec.data.data(), rec.data.size());
     } else {
       h = Header{0, -1, 0, 0};  // cannot happen (inline_eligible); every rank would then just miss
@@ -88,6 +90,7 @@ bool ExpressRound::step(Step how, Deadline deadline) {
       completed_.clear();
       transport_.progress(completed_, deadline);
     }
+    if (post_tails()) continue;
     combine_step();
     if (++at_ < schedule_.n) {
       post_step();
@@ -98,17 +101,54 @@ bool ExpressRound::step(Step how, Deadline deadline) {
   return true;
 }
 
+namespace {
+
+// Payload bytes past the head that a packet with this header carries in its tail.
+size_t tail_bytes(uint32_t ready, uint32_t len) {
+  constexpr size_t in_head = ExpressRound::kHeadBytes - ExpressRound::kHeaderBytes;
+  return ready && len > in_head ? len - in_head : 0;
+}
+
+}  // namespace
+
 void ExpressRound::post_step() {
   const RdStep& st = schedule_.steps[at_];
+  tails_posted_ = false;
   switch (st.kind) {
-    case RdStep::SEND: transport_.post_send(st.peer, mine_.data(), kPacketBytes); break;
-    case RdStep::RECV_RESULT: transport_.post_recv(st.peer, mine_.data(), kPacketBytes); break;
-    case RdStep::RECV_COMBINE: transport_.post_recv(st.peer, theirs_.data(), kPacketBytes); break;
+    case RdStep::SEND: transport_.post_send(st.peer, mine_.data(), kHeadBytes); break;
+    case RdStep::RECV_RESULT: transport_.post_recv(st.peer, mine_.data(), kHeadBytes); break;
+    case RdStep::RECV_COMBINE: transport_.post_recv(st.peer, theirs_.data(), kHeadBytes); break;
     case RdStep::EXCHANGE:
-      transport_.post_recv(st.peer, theirs_.data(), kPacketBytes);
-      transport_.post_send(st.peer, mine_.data(), kPacketBytes);
+      transport_.post_recv(st.peer, theirs_.data(), kHeadBytes);
+      transport_.post_send(st.peer, mine_.data(), kHeadBytes);
       break;
   }
+}
+
+bool ExpressRound::post_tails() {
+  const RdStep& st = schedule_.steps[at_];
+  if (tails_posted_) return false;
+  tails_posted_ = true;
+  bool any = false;
+  if (st.kind == RdStep::SEND || st.kind == RdStep::EXCHANGE) {
+    const Header& h = header(mine_);
+    if (const size_t tail = tail_bytes(h.ready, h.len)) {
+      transport_.post_send(st.peer, mine_.data() + kHeadBytes, tail);
+      any = true;
+    }
+  }
+  if (st.kind != RdStep::SEND) {
+    std::vector<uint8_t>& into = st.kind == RdStep::RECV_RESULT ? mine_ : theirs_;
+    const Header& h = header(into);
+    if (h.ready && h.len > kInlineBytes)
+      throw_peer_error(ErrorKind::INTERNAL, st.peer, "rank ", st.peer, " announced ", h.len,
+                       " inline bytes, more than an express packet holds (", kInlineBytes, ")");
+    if (const size_t tail = tail_bytes(h.ready, h.len)) {
+      transport_.post_recv(st.peer, into.data() + kHeadBytes, tail);
+      any = true;
+    }
+  }
+  return any;
 }
 
 void ExpressRound::combine_step() {

@@ -4,8 +4,11 @@
 // Terms. A rank is *ready* for the express round when its RankMessage says nothing but "my one request is
 // the cached small allreduce at bit `pos`, here are its (prescaled) bytes" (engine/inline_reduce.h): no
 // flags other than kRankWaiting (no shutdown, no join), no new descriptors, no expiries, exactly one bit.
-// Its *packet* is a header (ready, pos, length) followed by those bytes, always kPacketBytes long so that
-// every rank can post its receives before knowing what its peer has.
+// Its *packet* is a header (ready, pos, length) followed by those bytes. Each step moves the packet's
+// *head*, always kHeadBytes long so that every rank can post its receives before knowing what its peer
+// has; then, when a header says ready with more bytes than the head holds, a *tail* with the rest: its
+// sender knows to send it from its own header, its receiver to receive it from the head it got. A 4-byte
+// loss thus moves no more than a fixed 272-byte packet did, and up to kInlineBytes still take one round.
 //
 // Why. The star round (control_round.h) costs a message to rank 0 and one back, then the data; even with
 // the inline path (the bytes ride in the star round) it is two serial hops through rank 0, which does
@@ -43,6 +46,7 @@ namespace phv {
 class ExpressRound {
  public:
   static constexpr size_t kHeaderBytes = 16;
+  static constexpr size_t kHeadBytes = kHeaderBytes + 256;  // header and the first payload bytes
   static constexpr size_t kPacketBytes = kHeaderBytes + kInlineBytes;
 
   // cache: the engine's agreed response cache (outlives the round).
@@ -69,6 +73,7 @@ class ExpressRound {
   };
   Header& header(std::vector<uint8_t>& packet) { return *reinterpret_cast<Header*>(packet.data()); }
   void post_step();
+  bool post_tails();  // once a step's heads are through: the tails they announce; true if any was posted
   void combine_step();
   void finish();
 
@@ -76,6 +81,7 @@ class ExpressRound {
   const ResponseCache& cache_;
   RdSchedule schedule_;
   int at_ = 0;  // the schedule step in flight
+  bool tails_posted_ = false;  // the step in flight is past its heads
   bool done_ = true;
   bool hit_ = false;
   std::vector<uint8_t> mine_;  // my packet, combined in place

@@ -25,7 +25,14 @@
 
 namespace phv {
 
-constexpr size_t kInlineBytes = 256;
+// At most this many bytes per request (members' inputs together, for a concatenation): up to here one
+// express round (recursive doubling over the ring buffers) beats a round plus a collective of its own at
+// every size (RESULTS.md, "Express rounds up to 4 KiB").
+constexpr size_t kInlineBytes = 4096;
+// A rank's message carries at most this many inline bytes; the requests past it send their bit alone, so
+// the coordinator, which reduces every inline request itself, keeps them on the ordinary (fused, ring) path
+// and a round with many small tensors does not funnel them all through rank 0.
+constexpr size_t kInlineMessageBytes = 16384;
 
 bool inline_eligible(const Desc& d);
 // The same for a cached request, which also decides an allgather or alltoall: in the global set of at

@@ -64,6 +64,7 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
   Clock::time_point now = Clock::now();
   Deadline earliest = Deadline::max();
   bool waiting = false;
+  size_t inline_bytes = 0;  // carried by msg_ so far (at most kInlineMessageBytes)
   if (stop.asked) msg_.flags |= kRankShutdown;
   if (join_op_) {
     if (now >= join_op_->deadline) {
@@ -114,7 +115,11 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
       }
       if (pos >= 0) {
         msg_.set_bit(pos);  // re-sent every round while pending: the coordinator keeps no state for it
-        if (inline_eligible(cache_.entry(pos)) && sends_inline(op->req)) append_inline(msg_, pos, *op);
+        if (inline_eligible(cache_.entry(pos)) && sends_inline(op->req) &&
+            inline_bytes + op->desc.bytes() <= kInlineMessageBytes) {
+          append_inline(msg_, pos, *op);
+          inline_bytes += op->desc.bytes();
+        }
       } else {
         msg_.add_new() = op->desc;
         op->reported = true;

@@ -96,16 +96,21 @@ class World {
 };
 
 // Every rank ready for the same request: a hit with the exact reduction on every rank.
+// n elements: a few (the head alone), or more than the head holds (a tail follows), up to kInlineBytes.
 template <typename T>
-void test_hit(int p, DataType dt, ReduceOp op, const std::string& what) {
+void test_hit(int p, DataType dt, ReduceOp op, const std::string& what_op, size_t n) {
   World w(p);
-  Desc d = make_desc("loss", dt, op, 3);
+  const std::string what = what_op + " x" + std::to_string(n);
+  Desc d = make_desc("loss", dt, op, static_cast<int64_t>(n));
   w.cache_everywhere(d);
   std::vector<std::vector<T>> in(static_cast<size_t>(p));
-  std::vector<T> want(3);
+  std::vector<T> want(n);
   for (int r = 0; r < p; ++r) {
-    in[static_cast<size_t>(r)] = {static_cast<T>(r + 1), static_cast<T>(2), static_cast<T>(p - r)};
-    for (size_t i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < n; ++i) {
+      const int v = i % 3 == 0 ? r + 1 : i % 3 == 1 ? 2 : p - r + static_cast<int>(i % 5);
+      in[static_cast<size_t>(r)].push_back(static_cast<T>(v));
+    }
+    for (size_t i = 0; i < n; ++i) {
       T v = in[static_cast<size_t>(r)][i];
       if (r == 0) want[i] = v;
       else if (op == ReduceOp::SUM || op == ReduceOp::AVERAGE) want[i] = static_cast<T>(want[i] + v);
@@ -120,43 +125,45 @@ void test_hit(int p, DataType dt, ReduceOp op, const std::string& what) {
   if (got != "hit") return;
   for (int r = 0; r < p; ++r) {
     const std::vector<uint8_t>& res = w.result(r);
-    expect(res.size() == sizeof(T) * 3 && std::memcmp(res.data(), want.data(), res.size()) == 0,
+    expect(res.size() == sizeof(T) * n && std::memcmp(res.data(), want.data(), res.size()) == 0,
            w.tag() + what + ": rank " + std::to_string(r) + " holds the exact reduction (sum before the postscale)");
   }
 }
 
-// A small broadcast from each root in turn: a hit, and every rank holds exactly the root's bytes.
-void test_broadcast(int p) {
+// A small broadcast of n int32 from each root in turn: a hit, and every rank holds exactly the root's bytes.
+void test_broadcast(int p, int n) {
   for (int root = 0; root < p; ++root) {
     World w(p);
-    Desc d = make_desc("b", DataType::INT32, ReduceOp::SUM, 5);
+    Desc d = make_desc("b", DataType::INT32, ReduceOp::SUM, n);
     d.kind = desc_kind(OpType::BROADCAST);
     d.root = root;
     w.cache_everywhere(d);
     std::vector<std::vector<int32_t>> in(static_cast<size_t>(p));
     for (int r = 0; r < p; ++r) {
-      in[static_cast<size_t>(r)] = {r, 10 * r, -r, 7, 100 + r};
+      for (int i = 0; i < n; ++i) in[static_cast<size_t>(r)].push_back(i % 2 ? 10 * r + i : -r - i);
       w.report(r, d, in[static_cast<size_t>(r)].data());
     }
-    std::string what = "broadcast from root " + std::to_string(root);
+    std::string what = "broadcast of " + std::to_string(n) + " from root " + std::to_string(root);
     std::string got = w.run(what);
     expect(got == "hit", w.tag() + what + ": a hit", got);
     if (got != "hit") continue;
     const std::vector<int32_t>& want = in[static_cast<size_t>(root)];
     for (int r = 0; r < p; ++r) {
       const std::vector<uint8_t>& res = w.result(r);
-      expect(res.size() == sizeof(int32_t) * 5 && std::memcmp(res.data(), want.data(), res.size()) == 0,
+      expect(res.size() == sizeof(int32_t) * static_cast<size_t>(n) &&
+                 std::memcmp(res.data(), want.data(), res.size()) == 0,
              w.tag() + what + ": rank " + std::to_string(r) + " holds the root's bytes");
     }
   }
 }
 
-// A small allgather: rank r has r + 1 rows of two int32; a hit, and every rank holds the concatenation.
-void test_allgather(int p) {
+// A small allgather: rank r has r + 1 rows of `width` int32; a hit, and every rank holds the concatenation.
+void test_allgather(int p, int width) {
   World w(p);
+  const std::string what = "allgather of width " + std::to_string(width);
   Desc d = make_desc("g", DataType::INT32, ReduceOp::SUM, 1);
   d.kind = desc_kind(OpType::ALLGATHER);
-  d.shape = {1, 2};  // as agreed: dim 0 of the lowest member
+  d.shape = {1, width};  // as agreed: dim 0 of the lowest member
   std::vector<int64_t> dim0s;
   for (int r = 0; r < p; ++r) dim0s.push_back(r + 1);
   w.cache_everywhere(d, dim0s);
@@ -164,18 +171,19 @@ void test_allgather(int p) {
   std::vector<int32_t> want;
   std::vector<Desc> mine(static_cast<size_t>(p), d);
   for (int r = 0; r < p; ++r) {
-    for (int k = 0; k < 2 * (r + 1); ++k) in[static_cast<size_t>(r)].push_back(100 * r + k);
+    for (int k = 0; k < width * (r + 1); ++k) in[static_cast<size_t>(r)].push_back(10000 * r + k);
     want.insert(want.end(), in[static_cast<size_t>(r)].begin(), in[static_cast<size_t>(r)].end());
-    mine[static_cast<size_t>(r)].shape = {r + 1, 2};
+    mine[static_cast<size_t>(r)].shape = {r + 1, width};
   }
+  expect(inline_eligible(CacheEntry{d, dim0s}), w.tag() + what + ": eligible (at most kInlineBytes in all)");
   for (int r = 0; r < p; ++r) w.report(r, d, in[static_cast<size_t>(r)].data(), &mine[static_cast<size_t>(r)]);
-  std::string got = w.run("allgather");
-  expect(got == "hit", w.tag() + "allgather: a hit", got);
+  std::string got = w.run(what);
+  expect(got == "hit", w.tag() + what + ": a hit", got);
   if (got != "hit") return;
   for (int r = 0; r < p; ++r) {
     const std::vector<uint8_t>& res = w.result(r);
     expect(res.size() == want.size() * sizeof(int32_t) && std::memcmp(res.data(), want.data(), res.size()) == 0,
-           w.tag() + "allgather: rank " + std::to_string(r) + " holds every rank's rows in rank order");
+           w.tag() + what + ": rank " + std::to_string(r) + " holds every rank's rows in rank order");
   }
 }
 
@@ -239,14 +247,17 @@ void test_alltoall(int p) {
   }
 }
 
-// One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses.
+// One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses. The
+// other request is larger than a head, so that rank alone sends a tail: the streams must stay in step,
+// which the hits at the end show.
 void test_misses(int p) {
   World w(p);
   Desc a = make_desc("a", DataType::FLOAT32, ReduceOp::SUM, 1);
-  Desc b = make_desc("b", DataType::FLOAT32, ReduceOp::SUM, 1);
+  Desc b = make_desc("b", DataType::FLOAT32, ReduceOp::SUM, 600);
   w.cache_everywhere(a);
   w.cache_everywhere(b);
   float one = 1.0f;
+  std::vector<float> ones(600, 1.0f);
   for (int odd = 0; odd < p; ++odd) {
     for (int how = 0; how < 4; ++how) {
       if (p == 1 && how == 1) continue;  // alone, another request is simply the request
@@ -254,7 +265,7 @@ void test_misses(int p) {
         if (r != odd) {
           w.report(r, a, &one);
         } else if (how == 1) {
-          w.report(r, b, &one);
+          w.report(r, b, ones.data());
         } else if (how == 2) {
           w.report(r, a, &one);
           w.msg(r).flags |= kRankJoined;
@@ -274,9 +285,18 @@ void test_misses(int p) {
   }
   for (int r = 0; r < p; ++r) w.report(r, a, &one);
   expect(w.run("after the misses") == "hit", w.tag() + "every rank ready again: a hit");
+  for (int r = 0; r < p; ++r) w.report(r, b, ones.data());
+  expect(w.run("a request with a tail, after the misses") == "hit", w.tag() + "the larger request: a hit");
+  std::vector<float> sum(600, static_cast<float>(p));
+  expect(w.result(p - 1).size() == sizeof(float) * 600 && std::memcmp(w.result(p - 1).data(), sum.data(), 2400) == 0,
+         w.tag() + "the larger request: the exact sum");
 }
 
 void test_readiness() {
+  expect(inline_eligible(make_desc("x", DataType::FLOAT32, ReduceOp::SUM, kInlineBytes / 4)),
+         "an allreduce of kInlineBytes is eligible");
+  expect(!inline_eligible(make_desc("x", DataType::FLOAT32, ReduceOp::SUM, kInlineBytes / 4 + 1)),
+         "one element more is not");
   Desc a = make_desc("a", DataType::FLOAT32, ReduceOp::SUM, 1);
   RankMessage m;
   expect(!ExpressRound::ready(m), "an empty message is not ready");
@@ -304,14 +324,18 @@ void test_readiness() {
 int main() {
   test_readiness();
   for (int p = 1; p <= 5; ++p) {
-    test_hit<float>(p, DataType::FLOAT32, ReduceOp::SUM, "float32 sum");
-    test_hit<float>(p, DataType::FLOAT32, ReduceOp::AVERAGE, "float32 average");
-    test_hit<double>(p, DataType::FLOAT64, ReduceOp::MAX, "float64 max");
-    test_hit<int32_t>(p, DataType::INT32, ReduceOp::MIN, "int32 min");
-    test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product");
+    for (size_t bytes : {size_t(24), size_t(800), kInlineBytes}) {  // the head alone; a tail; the largest
+      test_hit<float>(p, DataType::FLOAT32, ReduceOp::SUM, "float32 sum", bytes / 4);
+      test_hit<float>(p, DataType::FLOAT32, ReduceOp::AVERAGE, "float32 average", bytes / 4);
+      test_hit<double>(p, DataType::FLOAT64, ReduceOp::MAX, "float64 max", bytes / 8);
+      test_hit<int32_t>(p, DataType::INT32, ReduceOp::MIN, "int32 min", bytes / 4);
+      test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product", bytes / 8);
+    }
     test_misses(p);
-    test_broadcast(p);
-    test_allgather(p);
+    test_broadcast(p, 5);
+    test_broadcast(p, static_cast<int>(kInlineBytes / 4));
+    test_allgather(p, 2);
+    test_allgather(p, static_cast<int>(kInlineBytes / 4) / (p * (p + 1) / 2));  // a tail, up to kInlineBytes
     test_alltoall(p);
   }
   return finish("express_round_test");

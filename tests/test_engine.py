@@ -1,7 +1,8 @@
 """The background engine through the public API, over real processes (tests/mp.py: hard timeout, every
 rank's output and traceback on failure): different submission orders, every kind of mismatch (error on
 every rank, engine usable afterwards), duplicate names, fusion of many small mixed tensors checked
-exactly, the response cache over many cycles, per-request timeouts, and shutdown from one rank.
+exactly, the response cache over many cycles, the cap on inline bytes per message, per-request timeouts, and
+shutdown from one rank.
 
 Fusion and cache hits are observed through the engine's statistics line ("engine stats: ..."), which it
 logs at INFO level when it stops. Features (stall inspector, timeline, process sets, join) are in
@@ -266,6 +267,31 @@ def body_cache(iterations):
         assert c[0] == (it % n) * 10 + it, c
         assert d.shape == (n * (n + 1) // 2, 2) and (d == it).all(), d
     hvd.shutdown()
+
+
+def body_inline_budget(iterations, count):
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    for it in range(iterations):
+        handles = [hvd.allreduce_async(np.full(1000, r + it + k, np.float32), op=hvd.Sum, name=f"m{k}")
+                   for k in range(count)]
+        for k, h in enumerate(handles):
+            out = hvd.synchronize(h)
+            assert np.array_equal(out, np.full(1000, sum(q + it + k for q in range(n)), np.float32)), (it, k, out)
+    hvd.shutdown()
+
+
+def test_many_small_cached_allreduces_share_the_inline_budget():
+    """40 cached 4000-byte allreduces pending at once: each is small enough to ride the negotiation round,
+    but a rank's message carries at most 16 KiB of inline bytes (4 of them), so the rest are fused."""
+    iterations, count = 30, 40
+    results = run_ranks(body_inline_budget, 2, timeout=120, args=(iterations, count),
+                        env={"HOROVOD_LOG_LEVEL": "info"})
+    for res in results:
+        s = stats(res.stderr)
+        assert 0 < s["inline"] <= 4 * s["rounds"], s
+        assert s["fused"] > 0 and s["inline"] + s["fused"] <= iterations * count, s
 
 
 @pytest.mark.parametrize("capacity", ["1024", "2", "0"])

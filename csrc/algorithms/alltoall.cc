@@ -1,8 +1,11 @@
 // alltoallv by pairwise exchange: p-1 steps; at step s rank r sends its block for r+s and receives the
 // block from r-s (mod p), both posted together so the transport moves them at once. Every pair exchanges
 // exactly once, and at each step every rank sends one block and receives one block, so no rank is a hot
-// spot. Zero-length blocks are still exchanged: the transport's length check then catches callers that
-// disagree on the splits. My own block is a local copy.
+// spot. Between hosts the steps run one after another; within one host (every pair has its own
+// shared-memory ring, so nothing contends) all are posted at once: waiting step by step cost a wake-up
+// per step, which with more ranks than cores was most of a 16 KiB alltoall (16 -> 9 us at 4 ranks on 2
+// cores, RESULTS.md). Zero-length blocks are still exchanged: the transport's length check then catches
+// callers that disagree on the splits. My own block is a local copy.
 //
 // Single copies (direct_copy.h): for a block of at least Transport::direct_bytes() -- a size both its
 // sender and its receiver know -- the receiver publishes where the block goes in its output (a 16-byte
@@ -62,7 +65,9 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
     }
   }
   if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
-  for (int step = 1; step < p; ++step) {  // the blocks that travel through the transport, pairwise
+  // The blocks that travel through the transport: all steps in flight within one host, one otherwise.
+  const bool all_at_once = tr->shared_memory_everywhere();
+  for (int step = 1; step < p; ++step) {
     const auto to = static_cast<size_t>((r + step) % p);
     const auto from = static_cast<size_t>((r - step + p) % p);
     bool posted = false;
@@ -74,7 +79,7 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
       x.wait_for(tr->post_send(comm.global(static_cast<int>(to)), s + soff[to], send_bytes[to]));
       posted = true;
     }
-    if (posted) x.wait();
+    if (posted && !all_at_once) x.wait();
   }
   x.wait();  // the descriptors, where no step waited for them
   for (int to : targets) {

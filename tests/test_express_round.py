@@ -2,8 +2,9 @@
 stream of cached small synchronous allreduces runs as one recursive-doubling exchange per call. Checked
 exactly for every dtype/op the small path takes, at 2, 3 (a non-power of two) and 4 ranks; a rank that
 changes the op or the shape mid-stream gets the usual mismatch error on every rank (the express round
-misses and the star round decides), after which the stream goes express again. The engine's statistics
-line ("... N express rounds, M express misses") shows that express rounds happened."""
+misses and the star round decides), after which the stream goes express again. Streams of cached
+requests too large to ride inline negotiate in the express round too (every op, exact results). The
+engine's statistics line ("... N express rounds, M express misses") shows that express rounds happened."""
 import re
 
 import numpy as np
@@ -20,10 +21,11 @@ def express_counts(stderr):
     return int(m.group(2)), int(m.group(3))
 
 
-def agreed_counts(body, size, timeout, iterations):
+def agreed_counts(body, size, timeout, iterations, env=None):
     """(express hits, misses) of a run of `body`, after checking that every rank counted the same: every
     rank took the same branch every round."""
-    results = run_ranks(body, size, timeout=timeout, args=(iterations,), env={"HOROVOD_LOG_LEVEL": "info"})
+    results = run_ranks(body, size, timeout=timeout, args=(iterations,),
+                        env={"HOROVOD_LOG_LEVEL": "info", **(env or {})})
     counts = [express_counts(res.stderr) for res in results]
     assert all(c == counts[0] for c in counts), counts
     return counts[0]
@@ -129,3 +131,49 @@ def test_small_alltoalls_go_express_with_exact_results(size):
     hits, misses = agreed_counts(body_alltoall, size, 180, 30)
     # 2 streams x 60 calls; as above, calls whose peers are descheduled may miss
     assert hits >= 40, (hits, misses)
+
+
+def body_negotiation_alone(iterations):
+    """Steady streams of cached requests too large to ride inline: the express round decides their
+    negotiation alone, and each collective then runs as after a star round. Exact results for every op;
+    then (from 3 ranks) a stream in a process set of ranks 0 and 1, which the express round leaves to the
+    star round."""
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    for i in range(iterations):
+        got = hvd.allreduce(np.arange(100_000, dtype=np.float32) * (r + 1) + i, op=hvd.Sum, name="big.sum")
+        assert np.array_equal(got, np.arange(100_000, dtype=np.float32) * tri + n * i), (i, got[:4])
+    for i in range(iterations):
+        got = hvd.allgather(np.full((2000 * (r + 1), 2), 10 * r + i, np.float64), name="big.gather")
+        want = np.concatenate([np.full((2000 * (q + 1), 2), 10 * q + i, np.float64) for q in range(n)])
+        assert np.array_equal(got, want), (i, got.shape)
+    for i in range(iterations):
+        got = hvd.broadcast(np.full(50_000, 100 * r + i, np.int32), root_rank=n - 1, name="big.bcast")
+        assert np.array_equal(got, np.full(50_000, 100 * (n - 1) + i, np.int32)), (i, got[:4])
+    for i in range(iterations):
+        splits = [1000 * (1 + (r + k) % 2) for k in range(n)]  # uneven: never inline
+        x = np.concatenate([np.full(splits[k], 1000 * r + 10 * k + i, np.int64) for k in range(n)])
+        out, received = hvd.alltoall(x, splits=splits, name="big.a2a")
+        want = np.concatenate([np.full(1000 * (1 + (q + r) % 2), 1000 * q + 10 * r + i, np.int64) for q in range(n)])
+        assert np.array_equal(out, want) and received.tolist() == [1000 * (1 + (q + r) % 2) for q in range(n)], i
+    for i in range(iterations):
+        got = hvd.reducescatter(np.arange(4096 * n, dtype=np.float32) + r + i, op=hvd.Sum, name="big.rs")
+        full = np.arange(4096 * n, dtype=np.float32) * n + tri - n + n * i
+        assert np.array_equal(got, full[r * 4096:(r + 1) * 4096]), (i, got[:4])
+    if n > 2:  # at 2 ranks [0, 1] is the global set
+        pair = hvd.add_process_set([0, 1])
+    if n > 2 and r in (0, 1):
+        for i in range(iterations):
+            got = hvd.allreduce(np.full(10_000, r + i, np.float32), op=hvd.Sum, name="pair", process_set=pair)
+            assert np.array_equal(got, np.full(10_000, 1 + 2 * i, np.float32)), (i, got[:4])
+    hvd.barrier()
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_steady_large_requests_negotiate_express_with_exact_results(size):
+    hits, misses = agreed_counts(body_negotiation_alone, size, 180, 30, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    # 5 global streams of 30 calls: all but the first few of each can go express (descheduled peers miss)
+    assert hits >= 5 * 10, (hits, misses)

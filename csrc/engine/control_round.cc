@@ -108,11 +108,13 @@ void ControlRound::decide_and_broadcast() {
     decode_rank_message(slot.data(), announced_length(slot.data()), msgs_[static_cast<size_t>(r)]);
   }
   coordinator_->decide(msgs_, resp_);
-  // Express mode: on after kExpressAfter steady rounds (so a one-off small allreduce never pays for a
-  // missed express exchange), off after a miss until the rounds are steady again.
+  // Express mode: on after kExpressAfter steady rounds (so a one-off request never pays for a missed
+  // express exchange), off after a miss until the rounds are steady again.
   if (last_express_ == Express::MISS) steady_ = 0;
-  const bool one_inline = resp_.n == 1 && resp_.items[0].type == ItemType::INLINE && resp_.flags == 0;
-  steady_ = one_inline ? steady_ + 1 : 0;
+  const bool one_cached = resp_.n == 1 && resp_.flags == 0 &&
+                          (resp_.items[0].type == ItemType::INLINE || resp_.items[0].type == ItemType::CACHED) &&
+                          ExpressRound::decides(cache_.entry(resp_.items[0].pos));
+  steady_ = one_cached ? steady_ + 1 : 0;
   if (steady_ >= kExpressAfter) resp_.flags |= kRespExpress;
   encode_response_list(resp_, resp_buf_);
   for (int r = 1; r < size_; ++r) {

@@ -6,7 +6,8 @@
 //
 // Express mode (express_round.h): while the last star response carried kRespExpress, run() first tries
 // the express round and runs the star round only when that misses. Rank 0 turns the mode on after
-// kExpressAfter consecutive star rounds that were one INLINE item and nothing else; a miss turns it off.
+// kExpressAfter consecutive star rounds that were one cached item the express round decides (an INLINE
+// one, or a CACHED one of the global set) and nothing else; a miss turns it off.
 //
 // run() is the engine's entry: it blocks in the transport until the round is complete. The same round
 // is also a small state machine (begin, then step until it says done) so that a test can drive every

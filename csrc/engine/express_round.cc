@@ -17,13 +17,30 @@ ExpressRound::ExpressRound(Transport& transport, const ResponseCache& cache)
   static_assert(sizeof(Header) == kHeaderBytes, "the packet header is four 32-bit words");
 }
 
+namespace {
+
+// The position of the only bit set in msg (ready() checked there is exactly one).
+int only_bit(const RankMessage& msg) {
+  for (size_t w = 0; w < msg.bits.size(); ++w) {
+    if (msg.bits[w]) return static_cast<int>(w * 64 + static_cast<size_t>(__builtin_ctzll(msg.bits[w])));
+  }
+  return -1;
+}
+
+}  // namespace
+
 bool ExpressRound::ready(const RankMessage& msg) {
-  if ((msg.flags & ~kRankWaiting) != 0 || msg.n_news != 0 || msg.n_expiries != 0 || msg.n_inlines != 1) return false;
-  const InlineData& rec = msg.inlines[0];
-  if (rec.pos < 0 || rec.data.empty() || rec.data.size() > kInlineBytes || !msg.bit(rec.pos)) return false;
+  if ((msg.flags & ~kRankWaiting) != 0 || msg.n_news != 0 || msg.n_expiries != 0 || msg.n_inlines > 1) return false;
   int set_bits = 0;
   for (uint64_t w : msg.bits) set_bits += __builtin_popcountll(w);
-  return set_bits == 1;
+  if (set_bits != 1) return false;
+  if (msg.n_inlines == 0) return true;  // the negotiation alone
+  const InlineData& rec = msg.inlines[0];
+  return rec.pos >= 0 && !rec.data.empty() && rec.data.size() <= kInlineBytes && msg.bit(rec.pos);
+}
+
+bool ExpressRound::decides(const CacheEntry& e) {
+  return e.valid && e.desc.set == 0 && e.desc.device < 0 && e.desc.group_size == 0;
 }
 
 bool ExpressRound::run(const RankMessage& msg, Deadline deadline) {
@@ -44,7 +61,11 @@ void ExpressRound::begin(const RankMessage& msg) {
   Header& h = header(mine_);
   h = Header{0, -1, 0, 0};
   std::memset(mine_.data() + kHeaderBytes, 0, kHeadBytes - kHeaderBytes);  // no stale bytes on the wire
-  if (ready(msg)) {
+  const int pos = msg.n_inlines == 0 ? only_bit(msg) : msg.inlines[0].pos;
+  const bool go = ready(msg) && cache_.valid(pos) && decides(cache_.entry(pos));
+  if (go && msg.n_inlines == 0) {
+    h = Header{1, pos, 0, 0};  // no bytes: a hit is one CACHED item
+  } else if (go) {
     const InlineData& rec = msg.inlines[0];
     h.ready = 1;
     h.pos = rec.pos;
@@ -162,6 +183,7 @@ void ExpressRound::combine_step() {
     me.ready = 0;
     return;
   }
+  if (me.len == 0) return;  // the negotiation alone: nothing to combine
   const CacheEntry& e = cache_.entry(me.pos);
   const Desc& d = e.desc;
   if (d.kind == kDescBroadcast) {
@@ -200,14 +222,14 @@ void ExpressRound::finish() {
   done_ = true;
   const Header& h = header(mine_);
   hit_ = h.ready != 0;
-  if (hit_ && concatenates_inputs(cache_.entry(h.pos).desc.kind)) {
+  if (hit_ && h.len > 0 && concatenates_inputs(cache_.entry(h.pos).desc.kind)) {
     // Every rank's block arrived (always so after the whole schedule; the same packet on every rank).
     const size_t n = cache_.entry(h.pos).dim0s.size();
     hit_ = h.holds == (n >= 32 ? 0xffffffffu : (1u << n) - 1);
   }
   if (!hit_) return;
   ResponseItem& item = resp_.add();
-  item.type = ItemType::INLINE;
+  item.type = h.len > 0 ? ItemType::INLINE : ItemType::CACHED;
   item.fused = false;
   item.pos = h.pos;
   item.data.assign(mine_.data() + kHeaderBytes, mine_.data() + kHeaderBytes + h.len);

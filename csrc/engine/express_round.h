@@ -1,10 +1,12 @@
 // The express round: a cached small allreduce's (or broadcast's, reducescatter's, allgather's, alltoall's)
-// negotiation and data in one recursive-doubling exchange.
+// negotiation and data in one recursive-doubling exchange; for any other cached request of the global set
+// on the host, its negotiation alone (the collective then runs as after a star round).
 //
 // Terms. A rank is *ready* for the express round when its RankMessage says nothing but "my one request is
-// the cached small allreduce at bit `pos`, here are its (prescaled) bytes" (engine/inline_reduce.h): no
-// flags other than kRankWaiting (no shutdown, no join), no new descriptors, no expiries, exactly one bit.
-// Its *packet* is a header (ready, pos, length) followed by those bytes. Each step moves the packet's
+// the cached request at bit `pos`" and, for a small one, "here are its (prescaled) bytes"
+// (engine/inline_reduce.h): no flags other than kRankWaiting (no shutdown, no join), no new descriptors,
+// no expiries, exactly one bit, and a request the round decides() (below).
+// Its *packet* is a header (ready, pos, length) followed by those bytes (none for a request without). Each step moves the packet's
 // *head*, always kHeadBytes long so that every rank can post its receives before knowing what its peer
 // has; then, when a header says ready with more bytes than the head holds, a *tail* with the rest: its
 // sender knows to send it from its own header, its receiver to receive it from the head it got. A 4-byte
@@ -23,13 +25,16 @@
 // in the concatenation, and the union is kept). Once ready is false the bytes are never combined again, so mismatched ranks never mix different tensors.
 // At the end every rank holds the same packet (the schedule makes results identical everywhere), so every
 // rank takes the same branch:
-//   hit:  response() is one INLINE item, executed like the star round's; no star round is run.
+//   hit:  response() is one INLINE item (one CACHED item for a request without bytes), executed like the
+//         star round's; no star round is run.
 //   miss: nothing was decided; the caller runs the normal star round with the same message, so a rank
 //         that is not ready, a mismatch, a shutdown or a join are handled exactly as without express.
 //
 // When it runs. Only while express mode is on, which every rank learns from the star round's response
-// (kRespExpress): rank 0 turns it on after two consecutive star rounds that were one INLINE item and
-// nothing else, and off after a miss. Every rank therefore starts every round with the same exchange.
+// (kRespExpress): rank 0 turns it on after two consecutive star rounds that were one INLINE or CACHED item
+// the round decides() and nothing else, and off after a miss. Every rank therefore starts every round
+// with the same exchange. Why the negotiation alone too: a synchronous loop of one cached 16 KiB allreduce
+// otherwise pays two serial hops through rank 0 before its collective, every call.
 //
 // Like ControlRound, run() blocks; begin()/step() let a test drive every rank of an in-memory world.
 #pragma once
@@ -52,8 +57,12 @@ class ExpressRound {
   // cache: the engine's agreed response cache (outlives the round).
   ExpressRound(Transport& transport, const ResponseCache& cache);
 
-  // Whether `msg` makes this rank ready (see above).
+  // Whether `msg` makes this rank ready (see above; decides() is checked against the cache in begin()).
   static bool ready(const RankMessage& msg);
+  // Whether the round may decide this cached request: one of the global set (every rank is a member, which
+  // a hit needs), on the host, not part of a group (a group runs only whole). Rank 0 turns express mode on
+  // only for these (control_round.cc).
+  static bool decides(const CacheEntry& e);
 
   // Runs the exchange; returns hit(). Throws the transport's HvdError (with the step and peer added).
   bool run(const RankMessage& msg, Deadline deadline);

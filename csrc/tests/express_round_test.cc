@@ -292,6 +292,44 @@ void test_misses(int p) {
          w.tag() + "the larger request: the exact sum");
 }
 
+// A cached request too large to ride inline: every rank sends its bit alone. A hit is one CACHED item (the
+// negotiation alone; the collective runs after); a rank not ready makes everyone miss, and requests the
+// round does not decide (a process set's, a device's, a group's) miss even with every rank ready.
+void test_negotiation_alone(int p) {
+  World w(p);
+  Desc big = make_desc("grad", DataType::FLOAT32, ReduceOp::SUM, 1 << 20);
+  const int pos = w.cache_everywhere(big);
+  for (int r = 0; r < p; ++r) w.msg(r).set_bit(pos);
+  std::string got = w.run("a large cached allreduce");
+  expect(got == "hit", w.tag() + "a large cached allreduce, every rank ready: a hit", got);
+  if (got == "hit") {
+    for (int r = 0; r < p; ++r) {
+      const ResponseItem& it = w.item(r);
+      expect(it.type == ItemType::CACHED && it.pos == pos && it.data.empty() && it.agreed && it.agreed->name == "grad",
+             w.tag() + "rank " + std::to_string(r) + ": one CACHED item for the request, no bytes");
+    }
+  }
+  if (p > 1) {
+    for (int r = 1; r < p; ++r) w.msg(r).set_bit(pos);  // rank 0 has nothing to report
+    expect(w.run("rank 0 not ready") == "miss", w.tag() + "a large cached allreduce, rank 0 not ready: a miss");
+  }
+  for (int r = 0; r < p; ++r) w.msg(r).set_bit(pos);
+  expect(w.run("again") == "hit", w.tag() + "every rank ready again: a hit");
+  Desc in_set = big, on_device = big, grouped = big;
+  in_set.name = "in_set";
+  in_set.set = 1;
+  on_device.name = "on_device";
+  on_device.device = 0;
+  grouped.name = "grouped";
+  grouped.group_size = 2;
+  for (const Desc* d : {&in_set, &on_device, &grouped}) {
+    const int at = w.cache_everywhere(*d);
+    expect(!ExpressRound::decides(CacheEntry{*d, {}, 0, 0, true}), w.tag() + d->name + ": not decided by the round");
+    for (int r = 0; r < p; ++r) w.msg(r).set_bit(at);
+    expect(w.run(d->name) == "miss", w.tag() + d->name + ": every rank ready, still a miss");
+  }
+}
+
 void test_readiness() {
   expect(inline_eligible(make_desc("x", DataType::FLOAT32, ReduceOp::SUM, kInlineBytes / 4)),
          "an allreduce of kInlineBytes is eligible");
@@ -301,7 +339,7 @@ void test_readiness() {
   RankMessage m;
   expect(!ExpressRound::ready(m), "an empty message is not ready");
   m.set_bit(0);
-  expect(!ExpressRound::ready(m), "a bit without its bytes is not ready");
+  expect(ExpressRound::ready(m), "a bit alone is ready (the negotiation alone)");
   float v = 1;
   Op op;
   op.desc = a;
@@ -337,6 +375,7 @@ int main() {
     test_allgather(p, 2);
     test_allgather(p, static_cast<int>(kInlineBytes / 4) / (p * (p + 1) / 2));  // a tail, up to kInlineBytes
     test_alltoall(p);
+    test_negotiation_alone(p);
   }
   return finish("express_round_test");
 }

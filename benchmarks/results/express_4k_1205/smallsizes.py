@@ -1,4 +1,7 @@
-"""Blocking numpy collectives at small sizes, µs per call on rank 0 (median of 5 rounds of 500 calls)."""
+"""Blocking numpy collectives at small sizes, µs per call on rank 0 (median of 5 rounds of 500 calls).
+
+    PYTHONPATH=<tree> python -m pyhorovod.run -np N python smallsizes.py 4,256,1024,4096
+"""
 import statistics
 import sys
 import time

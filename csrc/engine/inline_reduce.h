@@ -26,8 +26,8 @@
 namespace phv {
 
 // At most this many bytes per request (members' inputs together, for a concatenation): up to here one
-// express round (recursive doubling over the ring buffers) beats a round plus a collective of its own at
-// every size (RESULTS.md, "Express rounds up to 4 KiB").
+// express round (recursive doubling over the ring buffers) beat a round plus a collective of its own, by
+// 1.1-2x, in every op but the 4-rank broadcast on 2 cores (RESULTS.md, "Express rounds up to 4 KiB").
 constexpr size_t kInlineBytes = 4096;
 // A rank's message carries at most this many inline bytes; the requests past it send their bit alone, so
 // the coordinator, which reduces every inline request itself, keeps them on the ordinary (fused, ring) path

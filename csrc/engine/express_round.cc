@@ -27,6 +27,12 @@ int only_bit(const RankMessage& msg) {
   return -1;
 }
 
+// Payload bytes past the head that a packet with this header carries in its tail.
+size_t tail_bytes(uint32_t ready, uint32_t len) {
+  constexpr size_t in_head = ExpressRound::kHeadBytes - ExpressRound::kHeaderBytes;
+  return ready && len > in_head ? len - in_head : 0;
+}
+
 }  // namespace
 
 bool ExpressRound::ready(const RankMessage& msg) {
@@ -121,16 +127,6 @@ bool ExpressRound::step(Step how, Deadline deadline) {
   }
   return true;
 }
-
-namespace {
-
-// Payload bytes past the head that a packet with this header carries in its tail.
-size_t tail_bytes(uint32_t ready, uint32_t len) {
-  constexpr size_t in_head = ExpressRound::kHeadBytes - ExpressRound::kHeaderBytes;
-  return ready && len > in_head ? len - in_head : 0;
-}
-
-}  // namespace
 
 void ExpressRound::post_step() {
   const RdStep& st = schedule_.steps[at_];

@@ -106,8 +106,25 @@ def body_changes(iterations):
     t.join(30)
     assert len(refused) == 1 and "name=" in refused[0] and hits[0] == before, (refused, hits)
     assert _sync_calls.prepared
+    # A loop of one call finds its prepared call by identity (_numpy_allreduce._last); a changed shape
+    # under the same arguments misses it, takes the full path and is prepared anew.
+    from pyhorovod import _numpy_allreduce
+    z = np.full(5, r + 1, np.int32)
+    for length in (5, 5, 5, 7, 7, 5):
+        before = hits[0]
+        got = hvd.allreduce(z[:length] if length <= 5 else np.full(7, r + 1, np.int32), op=hvd.Sum, name="id")
+        assert np.array_equal(got, np.full(length, tri, np.int32)), (length, got)
+    assert hits[0] == before and _numpy_allreduce._last[5] is None   # the shape change: full path, no memo
+    for i in range(2):   # the dict's new call, then the same found by identity
+        assert np.array_equal(hvd.allreduce(z, op=hvd.Sum, name="id"), np.full(5, tri, np.int32))
+        assert hits[0] == before + 1 + i and _numpy_allreduce._last[0] == "id"
     hvd.shutdown()
     assert not _sync_calls.prepared  # the cache belongs to the engine that is gone
+    assert _numpy_allreduce._last[5] is None
+    hvd.init()   # a new engine: nothing prepared for the old one is taken
+    for _ in range(3):
+        assert np.array_equal(hvd.allreduce(z, op=hvd.Sum, name="id"), np.full(5, tri, np.int32))
+    hvd.shutdown()
     return hits[0]
 
 

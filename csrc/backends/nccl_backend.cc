@@ -248,7 +248,7 @@ class NcclBackend : public GpuBackend {
   // Completes from a CUDA event, polled against the deadline.
   void finish(ncclComm_t nc, Clock::time_point t0, const char* what) {
     check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
-    Deadline deadline = t0 + to_duration(timeout_s_);
+    Deadline deadline = t0 + seconds_to_duration(timeout_s_);
     while (true) {
       cudaError_t q = cudaEventQuery(done_);
       if (q == cudaSuccess) return;
@@ -277,10 +277,6 @@ class NcclBackend : public GpuBackend {
     }
   }
 
-  static Clock::duration to_duration(double s) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  }
-
   // The one place that handles ncclInProgress: `res` is what an NCCL call on `nc` returned (a launch
   // outside a group, ncclGroupEnd, init). While the communicator reports ncclInProgress we poll it, until
   // timeout_s_ after t0. On an asynchronous error or expiry the communicator is aborted (that also stops
@@ -289,7 +285,7 @@ class NcclBackend : public GpuBackend {
   void settle(ncclComm_t nc, ncclResult_t res, Clock::time_point t0, const std::string& what) {
     if (res == ncclSuccess) return;
     if (res != ncclInProgress) check_nccl(res, what.c_str());
-    Deadline deadline = t0 + to_duration(timeout_s_);
+    Deadline deadline = t0 + seconds_to_duration(timeout_s_);
     while (res == ncclInProgress) {
       if (Clock::now() > deadline) {
         double waited = seconds_since(t0);

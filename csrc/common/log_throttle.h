@@ -13,7 +13,7 @@ namespace phv {
 class LogThrottle {
  public:
   LogThrottle(std::string prefix, size_t burst, double interval_s)
-      : prefix_(std::move(prefix)), burst_(burst), interval_(to_duration(interval_s)) {}
+      : prefix_(std::move(prefix)), burst_(burst), interval_(seconds_to_duration(interval_s)) {}
 
   void warn(const std::string& text);
   // Call now and then: emits a due summary.
@@ -23,10 +23,6 @@ class LogThrottle {
   size_t suppressed_total() const { return suppressed_total_; }
 
  private:
-  static Clock::duration to_duration(double s) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  }
-
   void end_window(Deadline now);  // logs the summary of the window, if any, and starts the next one
 
   std::string prefix_;

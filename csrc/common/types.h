@@ -46,8 +46,10 @@ std::string shape_str(const std::vector<int64_t>& shape);
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-inline Deadline deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+inline Clock::duration seconds_to_duration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
+
+inline Deadline deadline_after(double seconds) { return Clock::now() + seconds_to_duration(seconds); }
 
 }  // namespace phv

@@ -29,14 +29,14 @@ void Callers::admit(const OpPtr& op, bool listed) {
     PHV_CHECK_ARG(!join_in_flight_, "join: this rank already has a join() in flight");
     join_in_flight_ = true;
   } else {
-    auto it = in_flight_.find(op->desc.key());
-    PHV_CHECK_ARG(it == in_flight_.end(), kind_name(op->desc.kind), ": a request named '", op->desc.name, "'",
+    // One look-up that checks and inserts (the handle is the one assigned just below).
+    const bool fresh = in_flight_.put(op->desc.key(), next_handle_);
+    PHV_CHECK_ARG(fresh, kind_name(op->desc.kind), ": a request named '", op->desc.name, "'",
                   op->desc.set != 0 ? " in process set " + std::to_string(op->desc.set) : std::string(),
                   " is already in flight on rank ", rank_, "; names must be unique among pending requests");
   }
   op->handle = next_handle_++;
   op->seq = next_seq_++;
-  if (!is_join(*op)) in_flight_.emplace(op->desc.key(), op->handle);
   if (listed) handles_.emplace(op->handle, op);
 }
 
@@ -68,7 +68,7 @@ void Callers::release_name(const Op& op) {
   if (is_join(op)) {
     join_in_flight_ = false;
   } else {
-    in_flight_.erase(op.desc.key());
+    in_flight_.drop(op.desc.key());
   }
 }
 

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 #include "engine/op.h"
+#include "engine/recycling_map.h"
 
 namespace phv {
 
@@ -65,7 +66,7 @@ class Callers {
   std::vector<OpPtr> incoming_;
   Clock::time_point incoming_since_;
   std::unordered_map<Handle, OpPtr> handles_;
-  std::unordered_map<Key, Handle, KeyHash> in_flight_;  // the duplicate-name check
+  RecyclingMap<Key, Handle, KeyHash> in_flight_;  // the duplicate-name check (the handle is not read)
   Handle next_handle_ = 1;
   int64_t next_seq_ = 1;
   std::array<int64_t, 8> next_auto_name_{};                   // per OpType

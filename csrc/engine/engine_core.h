@@ -89,6 +89,7 @@ class EngineCore {
   enum class Caller { WILL_WAIT_LATER, WAITS_NOW };
   // Under no lock; checks duplicates and the stopped state.
   Handle submit(const OpPtr& op, Caller caller = Caller::WILL_WAIT_LATER);
+  Handle submit_locked(const OpPtr& op, Caller caller);  // submit() with the callers' mutex held
   Result wait_locked(std::unique_lock<std::mutex>& lock, const OpPtr& op, Caller caller);
   void loop();
   bool background_due() const;  // under the mutex: should the background thread run a round now?

@@ -5,10 +5,11 @@
 // set looked up and the request validated. For a 4 B allreduce that is a tenth of the call's work, and
 // none of it can change between two calls with the same arguments on one engine (the global process
 // set never changes size; an elastic resize makes a new engine). So the checked Op is kept as a
-// blueprint, and each run resets the reusable Op from it by copy-assignment, which keeps the strings'
-// and vectors' storage: no allocation. The reusable Op is taken only when nobody else holds it (an
-// interrupted wait can leave it in the engine's tables) and no other thread is running this request;
-// otherwise the run copies the blueprint into a fresh Op, as run_sync would.
+// blueprint; the first run copies it into the reusable Op, and each later run only resets that Op's
+// per-run state (Op::restart): no allocation, no copy of the name and shape. The reusable Op is taken
+// only when nobody else holds it (an interrupted wait can leave it in the engine's tables) and no other
+// thread is running this request; otherwise the run copies the blueprint into a fresh Op, as run_sync
+// would.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -17,9 +18,9 @@
 namespace phv {
 
 struct PreparedRequest {
-  Op blueprint;                      // the validated Op, without buffers, handle or times
-  std::shared_ptr<Op> reusable;      // the Op of the last run on the owning thread
-  std::atomic<bool> in_use{false};   // a run holds `reusable`
+  Op blueprint;  // the validated Op, without buffers, handle or times
+  std::shared_ptr<Op> reusable;  // the Op of the last run on the owning thread
+  std::atomic<bool> in_use{false};  // a run holds `reusable`
 };
 
 }  // namespace phv

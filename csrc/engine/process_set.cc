@@ -91,6 +91,7 @@ std::vector<int> ProcessSetRegistry::ids() const {
 }
 
 int ProcessSetRegistry::size_of(int id) const {
+  if (id == 0) return world_size_;  // the global set never changes (a resize makes a new engine)
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sets_.find(id);
   return it == sets_.end() ? 0 : it->second->comm.size();

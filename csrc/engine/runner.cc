@@ -41,7 +41,7 @@ void Runner::take(std::vector<OpPtr>& taken) {
       join_op_ = op;
       continue;
     }
-    pending_[op->desc.key()] = op;
+    pending_.put(op->desc.key(), op);
     if (op->req.group == 0) continue;
     // A group is reported only once all its members are here, so that it becomes ready as a unit.
     std::vector<OpPtr>& group = groups_[op->req.group];
@@ -128,13 +128,13 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
     ++it;
   }
   if (waiting) msg_.flags |= kRankWaiting;
-  round_deadline = deadline_after(options_.timeout_s);
+  round_deadline = now + seconds_to_duration(options_.timeout_s);
   if (earliest != Deadline::max()) {
-    Deadline soft = std::max(earliest, now) +
-                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRoundGraceS));
+    Deadline soft = std::max(earliest, now) + seconds_to_duration(kRoundGraceS);
     round_deadline = std::min(round_deadline, soft);
   }
-  if (stop.asked) round_deadline = std::min(round_deadline, deadline_after(std::min(options_.timeout_s, 30.0)));
+  if (stop.asked)
+    round_deadline = std::min(round_deadline, now + seconds_to_duration(std::min(options_.timeout_s, 30.0)));
   return waiting;
 }
 

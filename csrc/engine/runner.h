@@ -17,6 +17,7 @@
 #include "engine/gpu_setup.h"
 #include "engine/messages.h"
 #include "engine/process_set.h"
+#include "engine/recycling_map.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
 #include "transport/transfer_watch.h"
@@ -88,7 +89,7 @@ class Runner {
   Executor executor_;
   GpuSetup gpu_;
 
-  std::unordered_map<Key, OpPtr, KeyHash> pending_;
+  RecyclingMap<Key, OpPtr, KeyHash> pending_;  // by name: the requests submitted and not finished
   std::unordered_map<int64_t, std::vector<OpPtr>> groups_;
   OpPtr join_op_;
   TransferWatch unit_watch_;  // the stall limits of the data plane

@@ -33,8 +33,8 @@ void tap_output(const Op& op) {
 }  // namespace
 
 Runner::Outcome Runner::execute(const ResponseList& resp) {
-  Clock::time_point now = Clock::now();
   bool tl = rank_ == 0 && timeline_.active();
+  Clock::time_point now = tl ? Clock::now() : Clock::time_point{};  // only the timeline needs it
   if (tl && resp.n > 0) timeline_.cycle(now);
   finished_.clear();
   try {
@@ -43,7 +43,7 @@ Runner::Outcome Runner::execute(const ResponseList& resp) {
       if (item.type == ItemType::ERROR) {
         ++stats_.errors;
         if (OpPtr op = find_pending(item.desc)) {
-          pending_.erase(op->desc.key());
+          pending_.drop(op->desc.key());
           fail(op, item.error_kind, "rank " + std::to_string(rank_) + ": " + op->label() + " failed: " + item.message);
         } else {
           callers_.note_foreign_failure(item.desc.name);
@@ -60,7 +60,7 @@ Runner::Outcome Runner::execute(const ResponseList& resp) {
           finish_inline(item, *op, sets_.size_of(item.agreed->set));
           tap_output(*op);
           if (tl) timeline_.end(op->desc.key(), inline_span(op->desc), Clock::now());
-          pending_.erase(op->desc.key());
+          pending_.drop(op->desc.key());
           finished_.push_back(op);
         }
         ++i;
@@ -129,7 +129,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
   if (is_set_change(first.kind)) {
     apply_set_change(resp.items[begin], unit_ops_.front().get());
     if (unit_ops_.front()) {
-      pending_.erase(unit_ops_.front()->desc.key());
+      pending_.drop(unit_ops_.front()->desc.key());
       finished_.push_back(unit_ops_.front());
     }
     return;
@@ -161,7 +161,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
     ErrorKind kind = stop_kind(e.kind());
     for (OpPtr& op : unit_ops_) {
       if (!op) continue;
-      pending_.erase(op->desc.key());
+      pending_.drop(op->desc.key());
       fail(op, kind, msg);
     }
     throw HvdError(kind, msg);
@@ -169,7 +169,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
     tap_output(*op);
-    pending_.erase(op->desc.key());
+    pending_.drop(op->desc.key());
     finished_.push_back(op);
   }
 }
@@ -181,7 +181,7 @@ bool Runner::refuse_without_gpu(const Desc& first) {
   // Every rank of a job without a usable GPU backend fails it here alike.
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
-    pending_.erase(op->desc.key());
+    pending_.drop(op->desc.key());
     fail(op, ErrorKind::INVALID_ARGUMENT, "rank " + std::to_string(rank_) + ": " + op->label() + ": " + why);
   }
   return true;

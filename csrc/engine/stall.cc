@@ -27,7 +27,7 @@ StallInspector::StallInspector(double check_s, double shutdown_s, bool disabled)
 
 bool StallInspector::due(Clock::time_point now) {
   if (disabled_ || now < next_check_) return false;
-  next_check_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s_));
+  next_check_ = now + seconds_to_duration(interval_s_);
   warn_lines_.clear();
   shutdown_reason_.clear();
   seen_.clear();

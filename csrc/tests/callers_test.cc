@@ -1,11 +1,13 @@
 // The engine's front desk (engine/callers.h) alone, without an engine or threads: automatic names,
 // handles and request numbers, the duplicate-name and single-join checks, the queue, completion and the
-// automatic-name floor learnt from other ranks' failures.
+// automatic-name floor learnt from other ranks' failures; and RecyclingMap, the kind of table its names
+// are kept in.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/callers.h"
+#include "engine/recycling_map.h"
 #include "tests/check.h"
 
 using namespace phv;
@@ -91,9 +93,34 @@ void test_completion() {
 
 }  // namespace
 
+void test_recycling_map() {
+  RecyclingMap<Key, OpPtr, KeyHash> table;
+  OpPtr a = make_op("a"), b = make_op("b");
+  expect(table.put(Key{0, "a"}, a) && table.size() == 1, "put inserts a new key");
+  expect(!table.put(Key{0, "a"}, b) && table.at(Key{0, "a"}) == b, "put on a present key assigns its value");
+  const void* node = &*table.find(Key{0, "a"});
+  table.drop(Key{0, "a"});
+  expect(table.empty() && b.use_count() == 1, "drop removes the key and holds no reference to its value");
+  table.drop(Key{0, "missing"});
+  expect(table.empty(), "dropping an absent key changes nothing");
+  expect(table.put(Key{2, "a long name that does not fit a short string"}, a), "put after drop inserts");
+  expect(&*table.find(Key{2, "a long name that does not fit a short string"}) == node,
+         "the dropped node is the one put reuses");
+  expect(
+      table.find(Key{0, "a"}) == table.end() && table.at(Key{2, "a long name that does not fit a short string"}) == a,
+      "the reused node holds the new key and value only");
+  expect(table.put(Key{0, "b"}, b) && table.size() == 2, "with no spare node put allocates as usual");
+  table.drop(Key{2, "a long name that does not fit a short string"});  // a spare node again
+  expect(!table.put(Key{0, "b"}, a) && table.at(Key{0, "b"}) == a && table.size() == 1,
+         "a present key with a spare node: the value is assigned, nothing inserted");
+  expect(table.put(Key{0, "c"}, b) && &*table.find(Key{0, "c"}) == node && table.size() == 2,
+         "the spare node is kept for the next new key");
+}
+
 int main() {
   test_names();
   test_admission();
   test_completion();
+  test_recycling_map();
   return finish("callers_test");
 }

@@ -12,10 +12,6 @@ namespace phv {
 
 namespace {
 
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
 int ms_until(Clock::time_point t, Clock::time_point now) {
   if (t <= now) return 0;
   return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count() + 1);
@@ -49,7 +45,7 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
     if (moves_ != idle.moves_seen || idle.since == Clock::time_point{}) {  // (re)start the stall clock
       idle.moves_seen = moves_;
       idle.since = now;
-      idle.next_warn = now + seconds(w.warn_s);
+      idle.next_warn = now + seconds_to_duration(w.warn_s);
     }
     double stalled = std::chrono::duration<double>(now - idle.since).count();
     if (w.fail_s > 0) {
@@ -58,7 +54,7 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
              "no byte moved for " + one_decimal(stalled) + " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
                  one_decimal(w.fail_s) + ") while waiting for " + waiting_for(),
              first_waiting_peer());
-      timeout = std::min(timeout, ms_until(idle.since + seconds(w.fail_s), now));
+      timeout = std::min(timeout, ms_until(idle.since + seconds_to_duration(w.fail_s), now));
     }
     if (w.warn_s > 0) {
       if (now >= idle.next_warn) {
@@ -66,7 +62,7 @@ int TcpTransport::before_sleep(Idle& idle, Deadline deadline) {
             " has not moved a byte for ", one_decimal(stalled),
             " s (HOROVOD_STALL_CHECK_TIME_SECONDS=", one_decimal(w.warn_s), "): waiting for ", waiting_for(),
             ". That rank may be stopped, swapped out or overloaded.");
-        idle.next_warn = now + seconds(w.warn_s);
+        idle.next_warn = now + seconds_to_duration(w.warn_s);
       }
       timeout = std::min(timeout, ms_until(idle.next_warn, now));
     }

@@ -192,12 +192,14 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
                 numbered = (op.op_type, op.process_set)
                 op = dataclasses.replace(op, name=_auto_name(engine, *numbered))
             try:
+                # Positional, in the binding's order (reduce_op, prescale, postscale, root, splits,
+                # process_set, device, group, group_size, timeout_s, stream, sumsq_in, sumsq_out,
+                # fill_from): pybind11 matches keywords by name, 2.4 us of a 4 B request's enqueue.
                 handles.append(engine.enqueue(
                     op.op_type, op.name, op.dtype, list(op.shape), op.input_ptr, op.output_ptr,
-                    reduce_op=op.reduce_op, prescale=float(op.prescale), postscale=float(op.postscale),
-                    root=op.root, splits=list(op.splits), process_set=op.process_set, device=op.device,
-                    group=op.group, group_size=op.group_size, timeout_s=float(op.timeout), stream=op.stream,
-                    sumsq_in=op.sumsq_in, sumsq_out=op.sumsq_out, fill_from=op.fill_from))
+                    op.reduce_op, float(op.prescale), float(op.postscale), op.root, list(op.splits),
+                    op.process_set, op.device, op.group, op.group_size, float(op.timeout), op.stream,
+                    op.sumsq_in, op.sumsq_out, op.fill_from))
             except Exception:
                 if numbered is not None:
                     _return_number(numbered, op.name)

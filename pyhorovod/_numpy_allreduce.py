@@ -69,8 +69,6 @@ def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional
 _prepared_get = _sync_calls.prepared.get
 _ndarray = np.ndarray   # module globals: `np.ndarray` is a module attribute look-up on every call
 _ALLREDUCE = _core.ALLREDUCE
-# dtype -> _core code of the dtypes seen so far (dtype_code costs microseconds: dtype.name is Python code)
-_CODE_CACHE = {}
 # The prepared call taken last, after the arguments of its key: (name, op, prescale, postscale, inplace,
 # call), one tuple so that a thread never sees one call's arguments with another's call. A loop of one
 # blocking allreduce passes the very same objects every time, so comparing them by identity finds the
@@ -133,11 +131,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
         arr = tensor
     else:
         arr = _as_array(tensor, what, writable=inplace)
-    code = _CODE_CACHE.get(arr.dtype) if dtype is None else None
-    if code is None:
-        code = dtype_code(arr, dtype, what)
-        if dtype is None:
-            _CODE_CACHE[arr.dtype] = code
+    code = dtype_code(arr, dtype, what)
     _api.check_reduce(op, code, prescale, postscale)
     out = arr if inplace else np.empty_like(arr, order="C")
     _api.run_sync(_core.ALLREDUCE, name, code, arr.shape, arr, out, op, prescale, postscale, 0, ps_id, timeout)

@@ -30,7 +30,7 @@ void Callers::admit(const OpPtr& op, bool listed) {
     join_in_flight_ = true;
   } else {
     // One look-up that checks and inserts (the handle is the one assigned just below).
-    const bool fresh = in_flight_.put(op->desc.key(), next_handle_);
+    const bool fresh = in_flight_.put(key_of(*op), next_handle_);
     PHV_CHECK_ARG(fresh, kind_name(op->desc.kind), ": a request named '", op->desc.name, "'",
                   op->desc.set != 0 ? " in process set " + std::to_string(op->desc.set) : std::string(),
                   " is already in flight on rank ", rank_, "; names must be unique among pending requests");
@@ -64,11 +64,17 @@ bool Callers::poll(Handle handle) const {
   return it->second->done;
 }
 
+const Key& Callers::key_of(const Op& op) {
+  scratch_key_.set = op.desc.set;
+  scratch_key_.name.assign(op.desc.name);  // reuses the scratch key's capacity: no allocation
+  return scratch_key_;
+}
+
 void Callers::release_name(const Op& op) {
   if (is_join(op)) {
     join_in_flight_ = false;
   } else {
-    in_flight_.drop(op.desc.key());
+    in_flight_.drop(key_of(op));
   }
 }
 

@@ -59,6 +59,7 @@ class Callers {
 
  private:
   void release_name(const Op& op);
+  const Key& key_of(const Op& op);  // as Runner::key_of, in scratch_key_ (under the mutex)
 
   int rank_;
   mutable std::mutex mu_;
@@ -67,6 +68,7 @@ class Callers {
   Clock::time_point incoming_since_;
   std::unordered_map<Handle, OpPtr> handles_;
   RecyclingMap<Key, Handle, KeyHash> in_flight_;  // the duplicate-name check (the handle is not read)
+  Key scratch_key_;
   Handle next_handle_ = 1;
   int64_t next_seq_ = 1;
   std::array<int64_t, 8> next_auto_name_{};                   // per OpType

@@ -41,7 +41,7 @@ void Runner::take(std::vector<OpPtr>& taken) {
       join_op_ = op;
       continue;
     }
-    pending_.put(op->desc.key(), op);
+    pending_.put(key_of(op->desc), op);
     if (op->req.group == 0) continue;
     // A group is reported only once all its members are here, so that it becomes ready as a unit.
     std::vector<OpPtr>& group = groups_[op->req.group];
@@ -138,10 +138,14 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
   return waiting;
 }
 
-OpPtr Runner::find_pending(const Desc& d) {
+const Key& Runner::key_of(const Desc& d) {
   tmp_key_.set = d.set;
   tmp_key_.name.assign(d.name);  // reuses the key's capacity: no allocation per round
-  auto it = pending_.find(tmp_key_);
+  return tmp_key_;
+}
+
+OpPtr Runner::find_pending(const Desc& d) {
+  auto it = pending_.find(key_of(d));
   return it == pending_.end() ? nullptr : it->second;
 }
 

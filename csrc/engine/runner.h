@@ -72,6 +72,9 @@ class Runner {
   const std::unordered_map<Key, OpPtr, KeyHash>& pending() const { return pending_; }
 
  private:
+  // d's key in tmp_key_, valid until the next call: a key built afresh copies the name, which allocates
+  // for names past 15 bytes (the reusable synchronous name is 21), three times per request.
+  const Key& key_of(const Desc& d);
   OpPtr find_pending(const Desc& d);
   void run_unit(const ResponseList& resp, size_t begin, size_t end);
   bool refuse_without_gpu(const Desc& first);
@@ -102,7 +105,7 @@ class Runner {
   std::vector<UnitEntry> unit_;
   std::vector<OpPtr> unit_ops_;
   std::vector<OpPtr> finished_;
-  Key tmp_key_;
+  Key tmp_key_;  // key_of()'s
 };
 
 }  // namespace phv

@@ -43,7 +43,7 @@ Runner::Outcome Runner::execute(const ResponseList& resp) {
       if (item.type == ItemType::ERROR) {
         ++stats_.errors;
         if (OpPtr op = find_pending(item.desc)) {
-          pending_.drop(op->desc.key());
+          pending_.drop(key_of(op->desc));
           fail(op, item.error_kind, "rank " + std::to_string(rank_) + ": " + op->label() + " failed: " + item.message);
         } else {
           callers_.note_foreign_failure(item.desc.name);
@@ -60,7 +60,7 @@ Runner::Outcome Runner::execute(const ResponseList& resp) {
           finish_inline(item, *op, sets_.size_of(item.agreed->set));
           tap_output(*op);
           if (tl) timeline_.end(op->desc.key(), inline_span(op->desc), Clock::now());
-          pending_.drop(op->desc.key());
+          pending_.drop(key_of(op->desc));
           finished_.push_back(op);
         }
         ++i;
@@ -129,7 +129,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
   if (is_set_change(first.kind)) {
     apply_set_change(resp.items[begin], unit_ops_.front().get());
     if (unit_ops_.front()) {
-      pending_.drop(unit_ops_.front()->desc.key());
+      pending_.drop(key_of(unit_ops_.front()->desc));
       finished_.push_back(unit_ops_.front());
     }
     return;
@@ -161,7 +161,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
     ErrorKind kind = stop_kind(e.kind());
     for (OpPtr& op : unit_ops_) {
       if (!op) continue;
-      pending_.drop(op->desc.key());
+      pending_.drop(key_of(op->desc));
       fail(op, kind, msg);
     }
     throw HvdError(kind, msg);
@@ -169,7 +169,7 @@ void Runner::run_unit(const ResponseList& resp, size_t begin, size_t end) {
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
     tap_output(*op);
-    pending_.drop(op->desc.key());
+    pending_.drop(key_of(op->desc));
     finished_.push_back(op);
   }
 }
@@ -181,7 +181,7 @@ bool Runner::refuse_without_gpu(const Desc& first) {
   // Every rank of a job without a usable GPU backend fails it here alike.
   for (OpPtr& op : unit_ops_) {
     if (!op) continue;
-    pending_.drop(op->desc.key());
+    pending_.drop(key_of(op->desc));
     fail(op, ErrorKind::INVALID_ARGUMENT, "rank " + std::to_string(rank_) + ": " + op->label() + ": " + why);
   }
   return true;

@@ -1,6 +1,6 @@
 """A 4 B blocking allreduce through pyhorovod's API against mpi4py in the same processes, batch by
 batch (A B A B ...), so a change of the machine's state hits both alike: allreduce against Allreduce
-into a separate buffer, allreduce_ against Allreduce(IN_PLACE), and the asynchronous named path
+into a separate buffer, allreduce_ against Allreduce(IN_PLACE), allreduce without a name against Allreduce, and the asynchronous named path
 (allreduce_async then synchronize) against Allreduce. Prints the median over rounds of rank 0's
 us per call and the median of the per-round ratios ours/mpi.
 
@@ -22,6 +22,8 @@ pairs = {"allreduce": (lambda: hvd.allreduce(x, op=hvd.Sum, name="a"),
                        lambda: comm.Allreduce(x, y, op=MPI.SUM)),
          "allreduce_": (lambda: hvd.allreduce_(x, op=hvd.Sum, name="b"),
                         lambda: comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)),
+         "unnamed": (lambda: hvd.allreduce(x, op=hvd.Sum),
+                     lambda: comm.Allreduce(x, y, op=MPI.SUM)),
          "async+sync": (lambda: hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name="c")),
                         lambda: comm.Allreduce(x, y, op=MPI.SUM))}
 

@@ -1,8 +1,9 @@
 """A 4 B blocking allreduce through pyhorovod's API against mpi4py in the same processes, batch by
 batch (A B A B ...), so a change of the machine's state hits both alike: allreduce against Allreduce
-into a separate buffer, allreduce_ against Allreduce(IN_PLACE), allreduce without a name against Allreduce, and the asynchronous named path
-(allreduce_async then synchronize) against Allreduce. Prints the median over rounds of rank 0's
-us per call and the median of the per-round ratios ours/mpi.
+into a separate buffer, allreduce_ against Allreduce(IN_PLACE), allreduce without a name against
+Allreduce, and the asynchronous named path (allreduce_async then synchronize) against Allreduce. Prints
+the median over rounds of rank 0's us per call and the median of the per-round ratios ours/mpi. (The
+unnamed row was added after the first runs: paired_2ranks.txt and paired_4ranks.txt lack it.)
 
     mpirun --allow-run-as-root --oversubscribe -np N -x PYTHONPATH=<tree> python tiny_vs_mpi.py
 """

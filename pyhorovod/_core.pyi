@@ -119,8 +119,12 @@ class SyncCall:
     # writable in place).
     def __call__(self, input: Any) -> Optional[Any]: ...
     # __call__ as a builtin function of one argument that keeps this SyncCall alive: the interpreter
-    # calls it directly, without pybind11's dispatch (pyhorovod/_sync_calls.py files these).
-    def entry(self) -> Callable[[Any], Optional[Any]]: ...
+    # calls it directly, without pybind11's dispatch (pyhorovod/_sync_calls.py files these). With busy
+    # (a dict), the function first claims the synchronous name: busy.setdefault(claim, this thread's
+    # ident), returning None without running when another thread holds it or when by_thread (a dict by
+    # thread ident) has an entry of another thread; the claim is popped afterwards.
+    def entry(self, busy: Optional[Dict[Any, int]] = None, by_thread: Optional[Dict[int, Any]] = None,
+              claim: Any = None) -> Callable[[Any], Optional[Any]]: ...
 
 class Engine:
     def __init__(self, options: EngineOptions) -> None: ...  # collective

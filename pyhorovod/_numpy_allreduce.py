@@ -109,7 +109,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
                 _last = (name, op, prescale, postscale, inplace, call)
         if call is not None:
             try:
-                result = call(tensor) if name else _sync_calls.run_unnamed(call, tensor, _core.ALLREDUCE)
+                result = call(tensor)   # an unnamed call claims the synchronous name itself
             except BaseException as e:
                 _sync_calls.reraise(e)
             if result is not None:   # None: the prepared call does not fit this array

@@ -66,7 +66,7 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet =
     """
     key = None
     if _preparable(tensor, process_set, dtype, timeout):
-        result, key = _sync_calls.lookup((_core.ALLGATHER, name), tensor, name)
+        result, key = _sync_calls.lookup((_core.ALLGATHER, name), tensor)
         if result is not None:
             return result
     result = _allgather(tensor, name, process_set, dtype, timeout, _api.submit_sync)
@@ -140,7 +140,7 @@ def _broadcast_sync(tensor, root_rank, name, process_set, dtype, inplace, timeou
     everything else, and the first such call, the full path (which then files the prepared call)."""
     key = None
     if type(root_rank) is int and _preparable(tensor, process_set, dtype, timeout):
-        result, key = _sync_calls.lookup((_core.BROADCAST, name, root_rank, inplace), tensor, name)
+        result, key = _sync_calls.lookup((_core.BROADCAST, name, root_rank, inplace), tensor)
         if result is not None:
             return result
     result = _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout, _api.submit_sync)
@@ -206,7 +206,7 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     """
     key = None
     if splits is None and _preparable(tensor, process_set, dtype, timeout):
-        result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor, name)
+        result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor)
         if result is not None:
             return result
     result = _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit_sync)
@@ -271,7 +271,7 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
     if (type(prescale_factor) is float and type(postscale_factor) is float
             and _preparable(tensor, process_set, dtype, timeout)):
         result, key = _sync_calls.lookup((_core.REDUCESCATTER, name, op, prescale_factor, postscale_factor),
-                                         tensor, name)
+                                         tensor)
         if result is not None:
             return result
     result = _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,

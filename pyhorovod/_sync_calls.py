@@ -19,9 +19,13 @@ the full path); keys that compare equal (op=1 and op=True) get the same treatmen
 too, and an unhashable name or op never makes a key. The op type comes first, so two op types never
 share a key. Only a call whose full path succeeded files a prepared call. The cache belongs to one
 engine: shutdown and fork clear it.
-"""
-from threading import get_ident as _get_ident
 
+An unnamed call uses the reusable synchronous name of its op type, which one thread at a time may hold
+(as _api.run_sync claims it): its prepared call claims the name itself, around the call, and returns None
+without running when another thread holds it or has unnamed requests in flight (this thread's own entry
+of _api._unnamed_by_thread stays behind, emptied, after its first asynchronous unnamed call, e.g. a
+barrier); the full path then decides, and refuses when it must. A named call needs no claim.
+"""
 from pyhorovod import _api, _core, basics
 from pyhorovod.errors import translate
 
@@ -30,9 +34,6 @@ from pyhorovod.errors import translate
 # grow it without bound: beyond the capacity a key is simply not prepared).
 prepared = {}
 _CAPACITY = 1024
-# op type -> its synchronous name's claim key in the global set (_api._sync_names_busy), built once.
-_CLAIMS = {op_type: (op_type, 0) for op_type in (_core.ALLREDUCE, _core.BROADCAST, _core.REDUCESCATTER,
-                                                 _core.ALLGATHER, _core.ALLTOALL)}
 
 
 def prepare(key, op_type, code, arr, name, inplace=False, reduce_op=0, prescale=1.0, postscale=1.0, root=0,
@@ -42,11 +43,14 @@ def prepare(key, op_type, code, arr, name, inplace=False, reduce_op=0, prescale=
     if key is None or (len(prepared) >= _CAPACITY and key not in prepared):
         return
     sync_name = name or _api._sync_name((op_type, 0))
-    prepared[key] = _core.SyncCall(basics.engine(), op_type, sync_name, code, arr, reduce_op, prescale, postscale,
-                                    root, 0, 0.0, inplace, list(out_shape)).entry()
+    call = _core.SyncCall(basics.engine(), op_type, sync_name, code, arr, reduce_op, prescale, postscale, root, 0,
+                          0.0, inplace, list(out_shape))
+    # An unnamed call claims the synchronous name (the module's docstring says why) in C++.
+    prepared[key] = (call.entry() if name else
+                     call.entry(_api._sync_names_busy, _api._unnamed_by_thread, (op_type, 0)))
 
 
-def lookup(key, tensor, name):
+def lookup(key, tensor):
     """(result, key): the output of the prepared call filed under `key` (key[0] is the op type), or None
     when there is none or it does not fit `tensor`; key is None when it cannot be one (unhashable)."""
     try:
@@ -55,37 +59,15 @@ def lookup(key, tensor, name):
         return None, None
     if call is None:
         return None, key
-    return run(call, tensor, name, key[0]), key
+    return run(call, tensor), key
 
 
-def run_unnamed(call, tensor, op_type):
-    """call(tensor) for an unnamed call: the output, or None when the prepared call does not fit `tensor`
-    or another thread holds the synchronous name (the full path then decides, and refuses when it must).
-    It claims the reusable synchronous name as _api.run_sync does; `setdefault` is one atomic step, so two
-    threads cannot both take it. A named call needs no claim: its caller calls `call` itself."""
-    me = _get_ident()
-    # As _api._claim_sync_name: only another thread's unnamed requests in flight are in the way (this
-    # thread's own entry stays behind, emptied, after its first asynchronous unnamed call, e.g. a barrier).
-    # "Some thread but me has an entry", without a generator (a quarter of a 4 B allreduce's local work).
-    others = _api._unnamed_by_thread
-    if others and (len(others) > 1 or me not in others):
-        return None
-    busy = _api._sync_names_busy
-    claim = _CLAIMS[op_type]   # the synchronous name's claim key (_api._sync_names_busy)
-    if busy.setdefault(claim, me) != me:
-        return None
+def run(call, tensor):
+    """The output of a prepared call, or None when it does not fit `tensor` or, unnamed, cannot claim
+    the synchronous name (see above); errors as reraise() says. (The blocking allreduce does this and
+    lookup() inline: a frame is a tenth of its call.)"""
     try:
         return call(tensor)
-    finally:
-        busy.pop(claim, None)
-
-
-def run(call, tensor, name, op_type):
-    """The output of a prepared call, or None when it does not fit `tensor` (see run_unnamed); errors
-    as reraise() says. (The blocking allreduce does this and lookup() inline: a frame is a tenth of its
-    call.)"""
-    try:
-        return call(tensor) if name else run_unnamed(call, tensor, op_type)
     except BaseException as e:
         reraise(e)
 

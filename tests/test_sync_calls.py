@@ -308,9 +308,32 @@ def body_fit():
     assert got.dtype == np.float32 and got.tolist() == [0.0, 1.0, 2.0] and got.base is not x
     with pytest.raises(_core.InvalidArgumentError, match="needs a name"):
         _core.SyncCall(e, _core.ALLREDUCE, "", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0, False)
+    # An unnamed call's entry claims the synchronous name around the call (busy: claim -> thread ident).
+    me, other = threading.get_ident(), threading.get_ident() + 1
+    claim = (_core.ALLREDUCE, 0)
+    busy, by_thread = {}, {}
+    claiming = _core.SyncCall(e, _core.ALLREDUCE, "u", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0,
+                              False).entry(busy, by_thread, claim)
+    assert claiming(x).tolist() == [0.0, 1.0, 2.0] and busy == {}            # claimed, run, released
+    busy[claim] = other
+    assert claiming(x) is None and busy == {claim: other}                      # another thread holds it
+    busy[claim] = me
+    assert claiming(x) is not None and busy == {}                              # ours: run, then popped
+    for threads, runs in (({other: {}}, False), ({me: {}}, True), ({me: {}, other: {}}, False)):
+        by_thread.clear()
+        by_thread.update(threads)
+        assert (claiming(x) is not None) == runs and busy == {}, threads       # others' unnamed requests
+    by_thread.clear()
+    assert claiming(np.zeros(2, np.float32)) is None and busy == {}            # does not fit: released
+    with pytest.raises(_core.InvalidArgumentError, match="dicts"):
+        _core.SyncCall(e, _core.ALLREDUCE, "v", _core.FLOAT32, ex, _core.SUM, 1.0, 1.0, 0, 0, 0.0,
+                       False).entry([], by_thread, claim)
     hvd.shutdown()
     with pytest.raises(_core.ShutdownError):   # the engine is gone: its errors come through the entry too
         entry(x)
+    with pytest.raises(_core.ShutdownError):
+        claiming(x)
+    assert busy == {}                          # an error releases the claim too
 
 
 def test_sync_call_fits_only_the_array_it_was_prepared_for():

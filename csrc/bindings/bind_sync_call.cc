@@ -15,7 +15,9 @@
 // allocated in Python cost as much as the engine's own work (benchmarks/RESULTS.md, "The express round").
 // Why entry(): calling the SyncCall object goes through its __call__ slot and pybind11's dispatcher
 // (argument loaders, overload loop); the builtin function entry() returns is called by the interpreter
-// directly, with the array as its one argument.
+// directly, with the array as its one argument. For an unnamed call, entry(busy, by_thread, claim) first
+// claims the reusable synchronous name as pyhorovod/_sync_calls.py describes (busy: _api._sync_names_busy,
+// by_thread: _api._unnamed_by_thread, claim: the key in busy), in C: in Python that took 0.17 us a call.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -86,19 +88,21 @@ class SyncCall {
     return out;
   }
 
-  // call() as a builtin function of one argument that holds a reference to this SyncCall's object.
-  static py::object entry(py::object self) {
+  // call() as a builtin function of one argument that holds a reference to this SyncCall's object; with
+  // busy given (not None), one that claims the synchronous name around the call (see above).
+  static py::object entry(py::object self, py::object busy, py::object by_thread, py::object claim) {
     static PyMethodDef def = {"prepared_call", reinterpret_cast<PyCFunction>(&SyncCall::run_entry), METH_O,
                               "SyncCall.__call__ without pybind11's dispatch"};
-    PyObject* owner = self.release().ptr();
-    PyObject* capsule = PyCapsule_New(self_of(owner), kCapsuleName, [](PyObject* cap) {
-      Py_XDECREF(static_cast<PyObject*>(PyCapsule_GetContext(cap)));
+    PHV_CHECK_ARG(busy.is_none() || (PyDict_Check(busy.ptr()) && PyDict_Check(by_thread.ptr())),
+                  "SyncCall.entry: busy and by_thread must be dicts");
+    auto* state = new EntryState{self_of(self), self, busy.is_none() ? py::object() : busy, by_thread, claim};
+    PyObject* capsule = PyCapsule_New(state, kCapsuleName, [](PyObject* cap) {
+      delete static_cast<EntryState*>(PyCapsule_GetPointer(cap, kCapsuleName));
     });
     if (capsule == nullptr) {
-      Py_DECREF(owner);
+      delete state;
       throw py::error_already_set();
     }
-    PyCapsule_SetContext(capsule, owner);  // the capsule owns the reference: the SyncCall lives as long
     py::object fn = py::reinterpret_steal<py::object>(PyCFunction_New(&def, capsule));
     Py_DECREF(capsule);
     if (!fn) throw py::error_already_set();
@@ -108,12 +112,48 @@ class SyncCall {
  private:
   static constexpr const char* kCapsuleName = "pyhorovod._core.SyncCall";
 
-  static SyncCall* self_of(PyObject* owner) { return py::handle(owner).cast<SyncCall*>(); }
+  // What an entry's capsule owns: the SyncCall (kept alive by its Python object) and, for an unnamed
+  // call, the claim's dicts and key (busy empty for a named call).
+  struct EntryState {
+    SyncCall* call;
+    py::object owner;
+    py::object busy, by_thread, claim;
+  };
+
+  static SyncCall* self_of(py::handle owner) { return owner.cast<SyncCall*>(); }
+
+  // call(input) holding the claim: None (nothing run) when another thread holds it, or has unnamed
+  // requests in flight (an entry of by_thread other than ours); the claim is dropped afterwards whatever
+  // happens, as dict.pop(claim, None) would.
+  static py::object claimed_call(EntryState& st, py::handle input) {
+    py::object me = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLong(PyThread_get_thread_ident()));
+    if (!me) throw py::error_already_set();
+    const Py_ssize_t others = PyDict_Size(st.by_thread.ptr());
+    if (others > 1) return py::none();
+    if (others == 1) {
+      const int mine = PyDict_Contains(st.by_thread.ptr(), me.ptr());
+      if (mine < 0) throw py::error_already_set();
+      if (mine == 0) return py::none();
+    }
+    PyObject* holder = PyDict_SetDefault(st.busy.ptr(), st.claim.ptr(), me.ptr());  // borrowed
+    if (holder == nullptr) throw py::error_already_set();
+    const int same = PyObject_RichCompareBool(holder, me.ptr(), Py_EQ);
+    if (same < 0) throw py::error_already_set();
+    if (same == 0) return py::none();
+    struct Unclaim {
+      PyObject* busy;
+      PyObject* claim;
+      ~Unclaim() {
+        if (PyDict_DelItem(busy, claim) < 0) PyErr_Clear();  // already gone (a shutdown cleared it)
+      }
+    } unclaim{st.busy.ptr(), st.claim.ptr()};
+    return st.call->call(input);
+  }
 
   static PyObject* run_entry(PyObject* capsule, PyObject* input) {
     try {
-      auto* self = static_cast<SyncCall*>(PyCapsule_GetPointer(capsule, kCapsuleName));
-      return self->call(input).release().ptr();
+      auto* st = static_cast<EntryState*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+      return (st->busy ? claimed_call(*st, input) : st->call->call(input)).release().ptr();
     } catch (py::error_already_set& e) {
       e.restore();
     } catch (...) {
@@ -165,7 +205,8 @@ void register_sync_call(py::module_& m) {
            py::arg("timeout_s"), py::arg("inplace"), py::arg("out_shape") = std::vector<py::ssize_t>(),
            py::keep_alive<1, 2>())
       .def("__call__", &SyncCall::call, py::arg("input"))
-      .def("entry", &SyncCall::entry);
+      .def("entry", &SyncCall::entry, py::arg("busy") = py::none(), py::arg("by_thread") = py::none(),
+           py::arg("claim") = py::none());
 }
 
 }  // namespace phv

@@ -73,7 +73,7 @@ def run(key, tensor):
     arr = _view(tensor)
     if arr is None:
         return None
-    out = _sync_calls.run(call, arr, key[1], key[0])
+    out = _sync_calls.run(call, arr)
     if out is None:
         return None
     return tensor if out is arr else torch.from_numpy(out)

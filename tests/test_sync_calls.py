@@ -261,6 +261,48 @@ def test_prepared_torch_calls(size):
     run_ranks(body_torch, size, timeout=180, args=(5,))
 
 
+def body_torch_one_tensor():
+    """A loop of blocking calls on one tensor takes its remembered numpy view (torch/_prepared.py) only
+    while the tensor keeps its memory, shape and dtype: shrunk in place (same memory), given another
+    dtype over the same memory, or another storage, it gets a new view, with exact values."""
+    import torch
+
+    import pyhorovod.torch as hvd
+    from pyhorovod.torch import _prepared
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    hits = _count_prepared_runs()
+    t = torch.zeros(4)
+    for i in range(4):
+        t.fill_(float(r + 1 + i))
+        assert hvd.allreduce_(t, op=hvd.Sum, name="m") is t and torch.equal(t, torch.full((4,), float(tri + n * i)))
+    assert _prepared._last_view[0] is t and hits[0] == 3, hits       # the view remembered, then taken
+    ptr = t.data_ptr()
+    t.resize_(2)                                                        # the same memory, a smaller shape
+    assert t.data_ptr() == ptr
+    t.fill_(float(r + 1))
+    assert torch.equal(hvd.allreduce_(t, op=hvd.Sum, name="m"), torch.full((2,), float(tri)))
+    assert hits[0] == 3 and _prepared._last_view[2] == (2,)             # (4,)'s prepared call did not fit
+    t.data = t.view(torch.int32)                                        # another dtype over the same memory
+    assert t.data_ptr() == ptr and t.shape == (2,)
+    # Read as float32 bits, small integers are denormals, which add like integers; these are normal numbers,
+    # whose float sum is not their integer sum: a float32 view would show here.
+    t.fill_((r + 1) << 24)
+    assert torch.equal(hvd.allreduce_(t, op=hvd.Sum, name="m"), torch.full((2,), tri << 24, dtype=torch.int32))
+    t.data = torch.full((2,), r + 7, dtype=torch.int32)                # another storage
+    assert torch.equal(hvd.allreduce_(t, op=hvd.Sum, name="m"), torch.full((2,), 7 * n + tri - n, dtype=torch.int32))
+    big = torch.zeros(_prepared._VIEW_MEMO_BYTES // 4 + 1)             # too large to be remembered
+    hvd.allreduce_(big, op=hvd.Sum, name="big")
+    assert _prepared._last_view[0] is t
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_prepared_torch_calls_on_one_tensor(size):
+    run_ranks(body_torch_one_tensor, size, timeout=120)
+
+
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_prepared_broadcasts_exact_from_every_root(size):
     results = run_ranks(body_broadcast, size, timeout=180, args=(6,))

@@ -80,6 +80,13 @@ class Worker:
     def running(self) -> bool:
         return self.proc.running
 
+    @property
+    def holds_slot(self) -> bool:
+        """Started and not yet reaped. A worker that exits between the reap and the plan of one loop keeps
+        its slot until the next reap has seen its exit (and blacklisted its host if it failed): otherwise
+        the plan would start a replacement on a host about to be blacklisted."""
+        return not self.reaped
+
     def where(self) -> str:
         rank = f"rank {self.rank}, " if self.rank is not None else ""
         return f"worker {self.seq} ({rank}host {self.hostname}, pid {self.proc.proc.pid})"
@@ -195,9 +202,9 @@ class ElasticDriver:
         self.known_hosts |= discovered
         self._read_target()
         for w in self.workers:
-            if w.running and not w.release and w.hostname not in hosts:
+            if w.holds_slot and not w.release and w.hostname not in hosts:
                 self._let_go(w, f"host {w.hostname} is no longer in the discovery (or is blacklisted)")
-        staying = [w for w in self.workers if w.running and not w.release]
+        staying = [w for w in self.workers if w.holds_slot and not w.release]
         if len(staying) > self.target:   # shrink on request: the highest ranks go
             for w in sorted(staying, key=lambda w: (w.rank is None, w.rank if w.rank is not None else 0,
                                                    w.seq))[self.target:]:

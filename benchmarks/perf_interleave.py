@@ -14,10 +14,11 @@ batch (A B C A B C ...). A state flip then hits every candidate alike, and the p
 survives it. Per batch we record the slowest rank's wall time per call and the CPU time (user+sys,
 getrusage) per call of every rank, which does not depend on how the load shares the cores.
 
-Candidates: core (shared memory on), core-tcp (off), mpi (Open MPI; TCP only with --mpi-tcp), gloo
-(allreduce only). --op picks the collective (allreduce by default); sizes as in collectives.py: the
-buffer for allreduce and broadcast, the gathered output for allgather, one rank's input for alltoall and
-reducescatter.
+Candidates: core (shared memory on), core-tcp (off), api (the public numpy API, under mpirun only), mpi
+(Open MPI; TCP only with --mpi-tcp), gloo (allreduce only). --op picks the collective (allreduce by
+default); sizes as in collectives.py: the buffer for allreduce and broadcast, the gathered output for
+allgather, one rank's input for alltoall and reducescatter. --align-2m starts every buffer on a 2 MiB
+boundary (see on_huge_pages).
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
 small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
 ring size), zerocopy=0|1 (reduce straight from the shm ring), alg=auto|ring|small, env.NAME=VALUE (an
@@ -143,15 +144,32 @@ class Gloo:
         self.dist.barrier()
 
 
-def make_call(o, op, nbytes, rank, size):
+HUGE_PAGE = 2 << 20
+
+
+def on_huge_pages(a):
+    """A copy of a that starts on a 2 MiB boundary. numpy asks for transparent huge pages for its large
+    arrays, but malloc's mapping starts anywhere, so up to 2 MiB at each end of the array stays on 4 KiB
+    pages, and cross-memory copies of those run at a third of the speed (RESULTS.md): which candidate got
+    the luckier addresses then showed in the ratios. --align-2m gives every candidate whole huge pages."""
+    import numpy as np
+    raw = np.empty(a.nbytes + HUGE_PAGE, np.uint8)
+    skip = -raw.ctypes.data % HUGE_PAGE
+    out = raw[skip:skip + a.nbytes].view(a.dtype)
+    out[:] = a
+    return out
+
+
+def make_call(o, op, nbytes, rank, size, align=False):
     """(call, check) for candidate o: call() runs the op once on buffers made here; check() counts the
     wrong elements of the output (an allreduce sums in place, so its check expects the zeros it is left
-    with after the first call's check)."""
+    with after the first call's check). align: every buffer starts on a 2 MiB boundary."""
     import numpy as np
+    place = on_huge_pages if align else (lambda a: a)
     count = max(1, nbytes // 4)
     base = (np.arange(count) % 7 + 1).astype(np.float32)
     if op == "allreduce":
-        a = base * (rank + 1)
+        a = place(base * (rank + 1))
         state = {"want": base * (size * (size + 1) // 2)}
 
         def check():
@@ -162,13 +180,18 @@ def make_call(o, op, nbytes, rank, size):
         return (lambda: o.allreduce(a)), check
     if op == "broadcast":
         want = base * 3
-        a = want.copy() if rank == 0 else np.zeros(count, np.float32)
+        a = place(want.copy() if rank == 0 else np.zeros(count, np.float32))
         return (lambda: o.broadcast(a)), (lambda: int(np.count_nonzero(a != want)))
     per = max(1, count // size)
     send, out_len, want = W._blocks(op, size, rank, per)
-    recv = np.empty(out_len, np.float32)
+    send, recv = place(send), place(np.empty(out_len, np.float32))
     fn = getattr(o, op)
-    return (lambda: fn(send, recv)), (lambda: int(np.count_nonzero(recv != want)))
+    got = [recv]   # the api candidate returns an output the engine allocated; the others fill recv
+
+    def call():
+        got[0] = fn(send, recv)
+
+    return call, (lambda: int(np.count_nonzero(got[0] != want)))
 
 
 def worker(args):
@@ -192,6 +215,8 @@ def worker(args):
             objs[c] = Core(c, rank, size, port, secret, f"p{i}")
         elif c == "mpi":
             objs[c] = Mpi()
+        elif c == "api":   # the public numpy API (engine, negotiation, engine-allocated outputs)
+            objs[c] = W.ApiBackend()
         elif c == "gloo":
             objs[c] = Gloo(rank, size, gport)
         else:
@@ -201,7 +226,7 @@ def worker(args):
     for nbytes in sizes:
         calls, checks = {}, {}
         for c, o in objs.items():  # correctness first (exact sums of small integers)
-            calls[c], checks[c] = make_call(o, args.op, nbytes, rank, size)
+            calls[c], checks[c] = make_call(o, args.op, nbytes, rank, size, args.align_2m)
             calls[c]()
             bad = checks[c]()
             if bad:
@@ -293,6 +318,8 @@ def main():
                                                           "reducescatter"))
     p.add_argument("--cands", default="core core-tcp mpi gloo", help="space-separated (quote the list)")
     p.add_argument("--mpi-tcp", action="store_true", help="Open MPI over TCP only (pml ob1, btl self,tcp)")
+    p.add_argument("--align-2m", action="store_true",
+                   help="every candidate's buffers start on a 2 MiB boundary (whole transparent huge pages)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iter-bytes", type=parse_size, default=parse_size("256M"))

@@ -8,9 +8,11 @@
 #include <memory>
 #include <vector>
 
+#include "engine/output_bytes.h"
+
 namespace phv {
 
-using EngineBytes = std::shared_ptr<std::vector<uint8_t>>;
+using EngineBytes = OutputBytes;
 
 // `dtype` and `shape` describe the bytes (their product times the item size is bytes->size()); no bytes
 // (an empty output) gives a new empty array of that shape.

@@ -64,7 +64,7 @@ void finish_inline_alltoall(const ResponseItem& item, Op& op) {
   const std::vector<int64_t>& dim0s = *item.agreed_dim0s;
   const auto n = static_cast<int64_t>(dim0s.size());
   const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
-  auto out = std::make_shared<std::vector<uint8_t>>();
+  auto out = std::make_shared<OutputVector>();
   op.result.received_splits.assign(dim0s.size(), 0);
   size_t member_at = 0;  // where member r's input starts
   for (size_t r = 0; r < dim0s.size(); ++r) {
@@ -122,7 +122,7 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 void finish_inline(const ResponseItem& item, Op& op, int set_size) {
   const Desc& d = *item.agreed;
   if (d.kind == kDescAllgather) {  // the engine owns the output (Result.output), as the collective's
-    op.result.output = std::make_shared<std::vector<uint8_t>>(item.data);
+    op.result.output = std::make_shared<OutputVector>(item.data.begin(), item.data.end());
     op.result.output_shape = d.shape;
     op.result.output_shape[0] =
         static_cast<int64_t>(item.data.size() / (static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype)));

@@ -1,11 +1,12 @@
 // Reused output memory for allgather/alltoall through the engine (Result.output).
 //
 // Those outputs are allocated by the engine and handed to Python (a numpy array owns them through a
-// capsule). A fresh 64 MiB std::vector costs a zero fill and, since glibc maps allocations that large
-// with mmap and unmaps them on free, a page fault per 4 KiB on first touch: 16 MiB allgathers at 4 ranks
+// capsule). A fresh 64 MiB buffer costs page faults on first touch (glibc maps allocations that large with
+// mmap and unmaps them on free), and it used to cost a zero fill as well: 16 MiB allgathers at 4 ranks
 // took 19.8 ms through the API against 6.8 ms for the raw core into a reused buffer (RESULTS.md). So the
 // shared_ptr's deleter hands a released buffer back here, and the next request of a size it can hold
-// takes it: a loop that drops each result before the next call touches no new pages and fills nothing.
+// takes it: a loop that drops each result before the next call touches no new pages. The buffers
+// themselves are on whole huge pages (output_bytes.h).
 //
 // Bounded: at most 4 buffers and 1 GiB wait here; others are freed. Outputs under 128 KiB bypass the
 // pool (malloc serves them from its heap). A request takes a waiting buffer only if that is at most
@@ -13,13 +14,10 @@
 // engine is gone).
 #pragma once
 #include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <vector>
+
+#include "engine/output_bytes.h"
 
 namespace phv {
-
-using OutputBytes = std::shared_ptr<std::vector<uint8_t>>;
 
 // bytes of output memory: contents unspecified (a reused buffer keeps old bytes; the caller overwrites).
 OutputBytes take_output_buffer(size_t bytes);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 #include "common/norm_tap.h"
+#include "engine/output_bytes.h"
 #include "common/types.h"
 
 namespace phv {
@@ -33,7 +34,7 @@ struct Request {
 };
 
 struct Result {
-  std::shared_ptr<std::vector<uint8_t>> output;  // allgather/alltoall output bytes
+  OutputBytes output;                            // allgather/alltoall output bytes
   std::vector<int64_t> output_shape;             // allgather/alltoall/reducescatter output shape
   std::vector<int64_t> received_splits;          // alltoall: rows received from each rank
   int64_t value = -1;                            // join: the last rank to join

@@ -8,7 +8,8 @@
 // takes it: a loop that drops each result before the next call touches no new pages. The buffers
 // themselves are on whole huge pages (output_bytes.h).
 //
-// Bounded: at most 4 buffers and 1 GiB wait here; others are freed. Outputs under 128 KiB bypass the
+// Bounded: at most 4 buffers and 1 GiB wait here; a released buffer pushes out the oldest waiting ones
+// (a loop of one size always finds its buffer, whatever sizes came before). Outputs under 128 KiB bypass the
 // pool (malloc serves them from its heap). A request takes a waiting buffer only if that is at most
 // twice its size. One pool per process, never destroyed (deleters may run at interpreter exit, after any
 // engine is gone).

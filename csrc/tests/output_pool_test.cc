@@ -1,9 +1,11 @@
 // The engine's output memory (engine/output_bytes.h, engine/output_pool.h): blocks of 2 MiB and more start
 // on a 2 MiB boundary, growing a vector leaves the new bytes as they were (no zero fill), smaller blocks
-// still work, and the pool hands a released buffer to the next request of a size it holds.
+// still work, and the pool hands a released buffer to the next request of a size it holds, even when it
+// was full of other sizes.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "engine/output_pool.h"
 #include "tests/check.h"
@@ -42,11 +44,28 @@ int main() {
       OutputBytes a = take_output_buffer(size_t(8) << 20);
       first = a->data();
       CHECK(a->size() == size_t(8) << 20 && reinterpret_cast<uintptr_t>(first) % kHuge == 0);
+      std::memset(a->data(), 0x11, a->size());
     }
-    OutputBytes b = take_output_buffer(size_t(6) << 20);
-    CHECK(b->data() == first && b->size() == size_t(6) << 20);
+    OutputBytes b = take_output_buffer(size_t(6) << 20);  // the same buffer, its bytes kept
+    CHECK(b->data() == first && b->size() == size_t(6) << 20 && (*b)[0] == 0x11);
     OutputBytes c = take_output_buffer(size_t(1) << 20);  // far smaller: a fresh buffer, not the pooled one
     CHECK(c->data() != first && c->size() == size_t(1) << 20);
+  }
+  {
+    // A full pool of other sizes still keeps the newest buffer: a loop of 16 MiB outputs after runs of
+    // smaller ones reuses its own buffer instead of allocating each one afresh.
+    std::vector<OutputBytes> others;
+    for (size_t mib : {1, 2, 3, 5}) others.push_back(take_output_buffer(mib << 20));
+    others.clear();  // four waiting buffers: the pool is full
+    {
+      OutputBytes b = take_output_buffer(size_t(16) << 20);
+      std::memset(b->data(), 0x3c, b->size());
+    }
+    // The same buffer comes back with its bytes; a fresh one (even at the same address, as mmap may give)
+    // would come from the kernel zeroed.
+    OutputBytes again = take_output_buffer(size_t(16) << 20);
+    CHECK((*again)[0] == 0x3c && (*again)[(size_t(16) << 20) - 1] == 0x3c,
+          "the newest released buffer was dropped from a full pool");
   }
   return finish("output_pool_test");
 }

@@ -21,8 +21,9 @@ allgather, one rank's input for alltoall and reducescatter. --align-2m starts ev
 boundary (see on_huge_pages).
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
 small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
-ring size), zerocopy=0|1 (reduce straight from the shm ring), alg=auto|ring|small, env.NAME=VALUE (an
-environment variable set while this communicator is built), e.g. core-tcp:seg=1M,win=2.
+ring size), zerocopy=0|1 (reduce straight from the shm ring), direct=BYTES (single copies from this size
+up; 0: off), alg=auto|ring|small, env.NAME=VALUE (an environment variable set while this communicator is
+built), e.g. core-tcp:seg=1M,win=2.
 """
 import json
 import os
@@ -106,6 +107,8 @@ class Core(W.CoreBackend):  # allgather, alltoall, broadcast, reducescatter: as 
                 o.shm_ring_bytes = parse_size(v)
             elif k == "zerocopy":
                 o.shm_zero_copy = v != "0"
+            elif k == "direct":
+                o.shm_direct_bytes = parse_size(v)
             else:
                 raise ValueError(f"unknown core option {k!r}")
         o.tuning = t

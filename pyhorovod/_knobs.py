@@ -148,8 +148,9 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("PYHOROVOD_SHM_SPIN_YIELD", "int", -1, "shared memory: yield the CPU while polling (1), or not (0); "
          "-1: automatic", minimum=-1, allowed=(-1, 0, 1), field="shm_spin_yield",
          option="connect.shm_spin_yield", newer_core=True),
-    Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", 4 << 20, "shared memory: copies of at least this many bytes (a "
-         "rank's block in allgather, alltoall and reducescatter, the buffer in broadcast) are one copy straight "
+    Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", 1 << 20, "shared memory: copies of at least this many bytes (a "
+         "rank's block in allgather, alltoall and reducescatter; in broadcast, what each reader gets but the "
+         "root's 1/p share) are one copy straight "
          "between the two ranks' buffers (process_vm_writev into the peer's output for allgather and alltoall, "
          "process_vm_readv of its input for reducescatter; a broadcast's readers read all but the last 1/p, "
          "which the root writes) instead of two copies through the ring; 0: off. Used only where "

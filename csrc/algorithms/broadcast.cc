@@ -88,7 +88,10 @@ void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning
   const int p = comm.size();
   PHV_CHECK_ARG(root >= 0 && root < p, "broadcast: root rank ", root, " out of range [0, ", p, ")");
   if (p <= 1 || bytes == 0) return;
-  if (use_direct(comm, bytes)) {
+  // The single-copy decision looks at the piece each copy moves, as for the other collectives: here
+  // what a reader reads, all but the root's 1/p share (1 MiB at 4 ranks: 768 KiB, which the chain moves
+  // faster).
+  if (use_direct(comm, bytes - bytes / static_cast<size_t>(p))) {
     direct_broadcast(comm, buf, bytes, root, deadline);
   } else if (bytes < small_message_threshold(tuning, p) || p == 2) {
     binomial(comm, static_cast<char*>(buf), bytes, root, deadline);

@@ -23,10 +23,12 @@
 
 namespace phv {
 
-// Default of PYHOROVOD_SHM_DIRECT_BYTES: copies of at least this many bytes go through process_vm_readv
-// (benchmarks/RESULTS.md, "Single-copy collectives": one CMA read against two memcpy crosses over
-// between 1 and 16 MiB on the 2-core test machine).
-constexpr size_t kDefaultDirectBytes = size_t(4) << 20;
+// Default of PYHOROVOD_SHM_DIRECT_BYTES: single copies move pieces of at least this many bytes
+// (benchmarks/RESULTS.md, "The single-copy threshold"). With the engine's outputs on whole huge pages,
+// paired against the two-copy rings: from 1 MiB pieces the single copy was as fast or faster (alltoall of
+// 4 MiB at 4 ranks, 1 MiB blocks: 1.8 -> 0.49 ms); at 512 KiB the ring still won at 2 ranks (43 against
+// 58 us). The single copy also escapes this machine's slow state, which slows every ring hand-off.
+constexpr size_t kDefaultDirectBytes = size_t(1) << 20;
 
 struct CrossMemory {
   size_t direct_bytes = 0;    // agreed threshold, the same on every rank; 0: off

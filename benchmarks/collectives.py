@@ -114,10 +114,12 @@ def launch(cand, n, sizes, args, hvd_python, tag):
     else:
         port = C.free_port()
         # core: BENCH_* (rank 0 hosts the store); gloo: torch's env:// rendezvous; api: torchrun-style
-        # variables, so pyhorovod's rank 0 hosts its store on MASTER_PORT + 1 (see pyhorovod/_rendezvous.py)
+        # variables, and pyhorovod's rank 0 hosts its store on PYHOROVOD_STORE_PORT, a port found free
+        # (by default it would take MASTER_PORT + 1, which nobody checked: "address already in use" ended
+        # launches of the sweep)
         common = {"BENCH_SIZE": str(n), "BENCH_STORE_PORT": str(port), "BENCH_SECRET": secrets.token_hex(16),
                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(n),
-                  "LOCAL_WORLD_SIZE": str(n)}
+                  "LOCAL_WORLD_SIZE": str(n), "PYHOROVOD_STORE_PORT": str(C.free_port())}
         group = []
         for r in range(n):
             e = dict(env, **common, BENCH_RANK=str(r), RANK=str(r), LOCAL_RANK=str(r))

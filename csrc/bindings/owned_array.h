@@ -12,16 +12,14 @@
 
 namespace phv {
 
-using EngineBytes = OutputBytes;
-
 // `dtype` and `shape` describe the bytes (their product times the item size is bytes->size()); no bytes
 // (an empty output) gives a new empty array of that shape.
 template <typename Shape>
-pybind11::array owned_array(const EngineBytes& bytes, const pybind11::dtype& dtype, const Shape& shape) {
+pybind11::array owned_array(const OutputBytes& bytes, const pybind11::dtype& dtype, const Shape& shape) {
   namespace py = pybind11;
   std::vector<py::ssize_t> dims(shape.begin(), shape.end());
   if (!bytes) return py::array(dtype, dims);
-  py::capsule owner(new EngineBytes(bytes), [](void* p) { delete static_cast<EngineBytes*>(p); });
+  py::capsule owner(new OutputBytes(bytes), [](void* p) { delete static_cast<OutputBytes*>(p); });
   return py::array(dtype, dims, bytes->data(), owner);
 }
 

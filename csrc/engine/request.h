@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 #include "common/norm_tap.h"
-#include "engine/output_bytes.h"
 #include "common/types.h"
+#include "engine/output_bytes.h"
 
 namespace phv {
 

@@ -11,6 +11,12 @@ CMA replaces two copies by one, so it wins only where one CMA copy costs less th
 Every buffer is measured twice: on 4 KiB pages and on transparent huge pages (2 MiB, asked with
 madvise before the first touch, as numpy does for its arrays of 4 MiB and more). The kernel pins the
 source's pages one by one for each read, so the page size of the source decides much of CMA's speed.
+
+    python benchmarks/cma_copy.py --phases 0:0,16:16,16:0,0:16,48:16 --sizes 64M   # huge pages only
+
+The same read with the source and the destination starting at the given offsets (bytes) within a 64-byte
+line. The kernel's copy slows when the two differ modulo 32 (csrc/transport/cross_memory.h); glibc's
+memmove, measured between the same offsets, does not.
 """
 import ctypes
 import mmap
@@ -43,22 +49,23 @@ def page_buffer(nbytes, huge, fill):
 
 
 def holder(nbytes, huge, conn):
-    buf, addr = page_buffer(nbytes, huge, 1)
+    buf, addr = page_buffer(nbytes + 64, huge, 1)
     conn.send(addr)
     conn.recv()   # keep the buffer alive until the parent is done
     del buf
 
 
-def measure(nbytes, reps, huge):
+def measure(nbytes, reps, huge, src_phase=0, dst_phase=0):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.process_vm_readv.restype = ctypes.c_ssize_t
     parent_end, child_end = mp.Pipe()
     child = mp.Process(target=holder, args=(nbytes, huge, child_end), daemon=True)
     child.start()
     try:
-        remote = parent_end.recv()
-        dst_map, dst = page_buffer(nbytes, huge, 0)
-        src_map, src = page_buffer(nbytes, huge, 2)
+        remote = parent_end.recv() + src_phase
+        dst_map, dst = page_buffer(nbytes + 64, huge, 0)
+        src_map, src = page_buffer(nbytes + 64, huge, 2)
+        dst, src = dst + dst_phase, src + src_phase
         local_iov = IoVec(dst, nbytes)
         remote_iov = IoVec(remote, nbytes)
         cma, copy = [], []
@@ -84,7 +91,10 @@ def main(argv=None):
     p = C.arg_parser(__doc__)
     p.add_argument("--sizes", default="1M,4M,8800K,64M")
     p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--phases", default="", help="SRC:DST,... offsets within a 64-byte line (huge pages only)")
     args = p.parse_args(argv)
+    if args.phases:
+        return phase_table(args)
     rows = []
     for size in args.sizes.split(","):
         n = C.parse_size(size)
@@ -94,6 +104,22 @@ def main(argv=None):
                          f"{n / cma / 1e9:.1f}", f"{n / copy / 1e9:.1f}", f"{cma / (2 * copy):.2f}"])
     print("# one process_vm_readv against memcpy (medians); CMA pays off where the last column is < 1")
     C.print_table(["size", "pages", "CMA ms", "memcpy ms", "CMA GB/s", "memcpy GB/s", "CMA / 2 memcpy"], rows)
+    return 0
+
+
+def phase_table(args):
+    pairs = [tuple(int(x) for x in pair.split(":")) for pair in args.phases.split(",")]
+    rows = []
+    for size in args.sizes.split(","):
+        n = C.parse_size(size)
+        first = None
+        for src, dst in pairs:
+            cma, copy = measure(n, args.reps, True, src, dst)
+            first = first or cma
+            rows.append([C.fmt_size(n), src, dst, f"{cma * 1e3:.3f}", f"{copy * 1e3:.3f}", f"{n / cma / 1e9:.1f}",
+                         f"{cma / first:.2f}"])
+    print("# process_vm_readv and memmove between offsets within a 64-byte line, huge pages (medians)")
+    C.print_table(["size", "src", "dst", "CMA ms", "memmove ms", "CMA GB/s", "CMA / first row"], rows)
     return 0
 
 

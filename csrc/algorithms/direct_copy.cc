@@ -24,6 +24,7 @@
 #include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/reduce.h"
+#include "transport/cross_memory.h"
 
 namespace phv {
 namespace {
@@ -90,6 +91,10 @@ void DirectExchange::read(int from, size_t want, size_t at, void* dst, size_t le
 
 void DirectExchange::write(int to, size_t want, size_t at, const void* src, size_t len) {
   comm_.transport->write_direct(comm_.global(to), published(to, want, at, len).addr + at, src, len, op_);
+}
+
+size_t DirectExchange::phase(int from, size_t want, size_t at) const {
+  return copy_phase(published(from, want, at, 0).addr + at);
 }
 
 void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
@@ -166,12 +171,15 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
   const size_t total = (blocks.back().offset + blocks.back().count) * esize;
   const Range& mine = blocks[static_cast<size_t>(r)];
   const size_t my_bytes = mine.count * esize;
-  // Peers read our input while we write our output: publish a copy if they overlap.
+  // Peers read our input while we write our output: publish a copy if they overlap (placed like the
+  // input within its line, so that the peers' reads run as they would from the input).
   std::vector<char> copy;
   const char* in = static_cast<const char*>(input);
   if (ranges_overlap(input, total, output, my_bytes)) {
-    copy.assign(in, in + total);
-    in = copy.data();
+    copy.resize(total + kCopyLineBytes);
+    char* c = at_copy_phase(copy.data(), copy_phase(reinterpret_cast<uintptr_t>(in)));
+    std::memcpy(c, in, total);
+    in = c;
   }
   DirectExchange x(comm, "reducescatter", deadline);
   for (int q = 0; q < p; ++q) {
@@ -187,7 +195,9 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
     if (r == 0) std::memcpy(out, own, my_bytes);
     else x.read(0, out, my_bytes);
     const size_t piece = std::max(esize, kReducePieceBytes / esize * esize);
-    std::vector<char> scratch(std::min(piece, my_bytes));
+    // Each piece lands where its source lies within a 64-byte line: the kernel's copy between unlike
+    // offsets runs at a fraction of its speed (transport/cross_memory.h).
+    std::vector<char> scratch(std::min(piece, my_bytes) + kCopyLineBytes);
     for (int q = 1; q < p; ++q) {
       if (q == r) {
         reduce_into(out, own, mine.count, dt, op);
@@ -195,8 +205,9 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
       }
       for (size_t at = 0; at < my_bytes; at += piece) {
         const size_t n = std::min(piece, my_bytes - at);
-        x.read(q, my_bytes, at, scratch.data(), n);
-        reduce_into(out + at, scratch.data(), n / esize, dt, op);
+        char* s = at_copy_phase(scratch.data(), x.phase(q, my_bytes, at));
+        x.read(q, my_bytes, at, s, n);
+        reduce_into(out + at, s, n / esize, dt, op);
       }
     }
   }

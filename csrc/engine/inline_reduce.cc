@@ -64,19 +64,19 @@ void finish_inline_alltoall(const ResponseItem& item, Op& op) {
   const std::vector<int64_t>& dim0s = *item.agreed_dim0s;
   const auto n = static_cast<int64_t>(dim0s.size());
   const size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
-  auto out = std::make_shared<OutputVector>();
+  OutputVector out;
   op.result.received_splits.assign(dim0s.size(), 0);
   size_t member_at = 0;  // where member r's input starts
   for (size_t r = 0; r < dim0s.size(); ++r) {
     const int64_t rows = dim0s[r] / n;
     const uint8_t* block = item.data.data() + member_at + static_cast<size_t>(rows * op.set_index) * row_bytes;
-    out->insert(out->end(), block, block + static_cast<size_t>(rows) * row_bytes);
+    out.insert(out.end(), block, block + static_cast<size_t>(rows) * row_bytes);
     op.result.received_splits[r] = rows;
     member_at += static_cast<size_t>(dim0s[r]) * row_bytes;
   }
   op.result.output_shape = d.shape;
-  op.result.output_shape[0] = static_cast<int64_t>(out->size() / row_bytes);
-  op.result.output = std::move(out);
+  op.result.output_shape[0] = static_cast<int64_t>(out.size() / row_bytes);
+  op.result.output = std::make_shared<OutputBuffer>(std::move(out));
 }
 }  // namespace
 
@@ -122,7 +122,7 @@ bool reduce_inline(const std::vector<RankMessage>& msgs, int pos, const Desc& d,
 void finish_inline(const ResponseItem& item, Op& op, int set_size) {
   const Desc& d = *item.agreed;
   if (d.kind == kDescAllgather) {  // the engine owns the output (Result.output), as the collective's
-    op.result.output = std::make_shared<OutputVector>(item.data.begin(), item.data.end());
+    op.result.output = std::make_shared<OutputBuffer>(OutputVector(item.data.begin(), item.data.end()));
     op.result.output_shape = d.shape;
     op.result.output_shape[0] =
         static_cast<int64_t>(item.data.size() / (static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype)));

@@ -5,9 +5,13 @@
 // on 2 MiB transparent huge pages (benchmarks/cma_copy.py). malloc's large blocks start anywhere, so up to
 // 2 MiB at each end of a buffer stayed on small pages even when huge pages were asked for the rest. This
 // allocator starts every block of 2 MiB or more on a 2 MiB boundary and asks for huge pages for all of
-// it before the first touch (advice: where the kernel refuses, the block keeps small pages). It also
+// it before the first touch (smaller blocks start on a 64-byte line) (advice: where the kernel refuses, the block keeps small pages). It also
 // leaves new elements uninitialized: the collective overwrites every byte, so a zero fill was a wasted
 // pass over memory.
+//
+// The bytes of an output start `lead` bytes into that storage: at the same offset within a 64-byte line as
+// the request's input, so that the peers' kernel copies into it run at full speed
+// (transport/cross_memory.h, copy_phase).
 #pragma once
 #include <sys/mman.h>
 
@@ -25,6 +29,7 @@ template <typename T>
 struct HugePageAllocator {
   using value_type = T;
   static constexpr size_t kHugePage = size_t(2) << 20;
+  static constexpr size_t kLine = 64;
 
   HugePageAllocator() = default;
   template <typename U>
@@ -32,8 +37,8 @@ struct HugePageAllocator {
 
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePage) {
-      void* p = std::malloc(bytes == 0 ? 1 : bytes);
+    if (bytes < kHugePage) {  // on a 64-byte line, so that a lead places the bytes within it
+      void* p = std::aligned_alloc(kLine, (bytes + kLine) / kLine * kLine);
       if (p == nullptr) throw std::bad_alloc();
       return static_cast<T*>(p);
     }
@@ -66,6 +71,33 @@ struct HugePageAllocator {
 };
 
 using OutputVector = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
-using OutputBytes = std::shared_ptr<OutputVector>;
+
+// size() bytes at data(), which lies lead() bytes into the storage.
+class OutputBuffer {
+ public:
+  OutputBuffer() = default;
+  explicit OutputBuffer(OutputVector bytes) : storage_(std::move(bytes)), size_(storage_.size()) {}
+  // `bytes` bytes starting `lead` bytes in; no reallocation (and no byte written) when the capacity holds
+  // them, so a reused buffer keeps its pages and its old contents.
+  void reshape(size_t bytes, size_t lead) {
+    storage_.resize(lead + bytes);
+    lead_ = lead;
+    size_ = bytes;
+  }
+  uint8_t* data() { return storage_.data() + lead_; }
+  const uint8_t* data() const { return storage_.data() + lead_; }
+  size_t size() const { return size_; }
+  size_t lead() const { return lead_; }
+  size_t capacity() const { return storage_.capacity(); }
+  uint8_t& operator[](size_t i) { return data()[i]; }
+  const uint8_t& operator[](size_t i) const { return data()[i]; }
+
+ private:
+  OutputVector storage_;
+  size_t lead_ = 0;
+  size_t size_ = 0;
+};
+
+using OutputBytes = std::shared_ptr<OutputBuffer>;
 
 }  // namespace phv

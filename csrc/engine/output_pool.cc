@@ -14,7 +14,7 @@ constexpr size_t kMinBytes = size_t(128) << 10;
 
 class Pool {
  public:
-  OutputVector* take(size_t bytes) {
+  OutputBuffer* take(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     // Best fit among the waiting buffers that hold `bytes` without reallocating and are at most twice
     // as large (a small request must not take, and then shrink, a big buffer that the next big request
@@ -25,7 +25,7 @@ class Pool {
       if (cap >= bytes && cap / 2 <= bytes && (best == free_.size() || cap < free_[best]->capacity())) best = i;
     }
     if (best == free_.size()) return nullptr;
-    OutputVector* v = free_[best];
+    OutputBuffer* v = free_[best];
     free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
     held_ -= v->capacity();
     return v;
@@ -34,12 +34,12 @@ class Pool {
   // The newest buffer stays; the oldest waiting ones make room for it. Refusing the newcomer instead left
   // the pool full of an earlier size's buffers, and a loop of larger outputs then allocated (and page
   // faulted) every one of them afresh: 256 MiB allgathers took 1.45x as long after a run of 16 and 64 MiB.
-  void give_back(OutputVector* v) {
+  void give_back(OutputBuffer* v) {
     if (v->capacity() < kMinBytes || v->capacity() > kMaxBytes) {
       delete v;
       return;
     }
-    std::vector<OutputVector*> evicted;
+    std::vector<OutputBuffer*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_.push_back(v);
@@ -50,18 +50,18 @@ class Pool {
         free_.erase(free_.begin());
       }
     }
-    for (OutputVector* old : evicted) delete old;  // unmapping outside the lock
+    for (OutputBuffer* old : evicted) delete old;  // unmapping outside the lock
   }
 
  private:
   std::mutex mu_;
-  std::vector<OutputVector*> free_;
+  std::vector<OutputBuffer*> free_;
   size_t held_ = 0;
 };
 
-OutputVector* fresh_buffer(size_t bytes) {
-  auto* v = new OutputVector;
-  v->resize(bytes);  // on whole huge pages from its first touch, and not zero-filled (output_bytes.h)
+OutputBuffer* fresh_buffer(size_t bytes, size_t lead) {
+  auto* v = new OutputBuffer;
+  v->reshape(bytes, lead);  // on whole huge pages from its first touch, and not zero-filled (output_bytes.h)
   return v;
 }
 
@@ -72,15 +72,19 @@ Pool& pool() {
 
 }  // namespace
 
-OutputBytes take_output_buffer(size_t bytes) {
-  if (bytes < kMinBytes) return std::make_shared<OutputVector>(bytes);
-  OutputVector* v = pool().take(bytes);
-  if (v == nullptr) {
-    v = fresh_buffer(bytes);
-  } else {
-    v->resize(bytes);  // never above capacity here: no reallocation; shrinking writes nothing
+OutputBytes take_output_buffer(size_t bytes, size_t lead) {
+  if (bytes < kMinBytes) {
+    auto small = std::make_shared<OutputBuffer>();
+    small->reshape(bytes, lead);
+    return small;
   }
-  return OutputBytes(v, [](OutputVector* b) { pool().give_back(b); });
+  OutputBuffer* v = pool().take(lead + bytes);
+  if (v == nullptr) {
+    v = fresh_buffer(bytes, lead);
+  } else {
+    v->reshape(bytes, lead);  // never above capacity here: no reallocation; shrinking writes nothing
+  }
+  return OutputBytes(v, [](OutputBuffer* b) { pool().give_back(b); });
 }
 
 }  // namespace phv

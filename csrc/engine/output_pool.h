@@ -20,7 +20,8 @@
 
 namespace phv {
 
-// bytes of output memory: contents unspecified (a reused buffer keeps old bytes; the caller overwrites).
-OutputBytes take_output_buffer(size_t bytes);
+// bytes of output memory starting at offset `lead` within a 64-byte line (copy_phase of the request's
+// input; 0-63): contents unspecified (a reused buffer keeps old bytes; the caller overwrites).
+OutputBytes take_output_buffer(size_t bytes, size_t lead = 0);
 
 }  // namespace phv

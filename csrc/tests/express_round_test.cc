@@ -221,7 +221,7 @@ void test_alltoall(int p) {
       for (int k = 0; k < c(r); ++k) want.push_back(1000 * r + me * c(r) + k);
       want_splits.push_back(c(r));
     }
-    const OutputVector& res = *op.result.output;
+    const OutputBuffer& res = *op.result.output;
     expect(res.size() == want.size() * sizeof(int32_t) && std::memcmp(res.data(), want.data(), res.size()) == 0 &&
                op.result.output_shape == std::vector<int64_t>{static_cast<int64_t>(want.size())} &&
                op.result.received_splits == want_splits,

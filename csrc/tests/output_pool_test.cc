@@ -1,13 +1,15 @@
 // The engine's output memory (engine/output_bytes.h, engine/output_pool.h): blocks of 2 MiB and more start
 // on a 2 MiB boundary, growing a vector leaves the new bytes as they were (no zero fill), smaller blocks
 // still work, and the pool hands a released buffer to the next request of a size it holds, even when it
-// was full of other sizes.
+// was full of other sizes; and an output starts at the offset within a 64-byte line that it was asked for,
+// whether fresh or reused.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "engine/output_pool.h"
+#include "transport/cross_memory.h"
 #include "tests/check.h"
 
 using namespace phv;
@@ -24,7 +26,7 @@ int main() {
     CHECK(v[bytes - 1] == 0xab);
   }
   {
-    OutputVector small(100);  // malloc's heap, any alignment
+    OutputVector small(100);  // below 2 MiB: on a 64-byte line
     std::memset(small.data(), 7, small.size());
     CHECK(small.size() == 100 && small[99] == 7);
   }
@@ -66,6 +68,25 @@ int main() {
     OutputBytes again = take_output_buffer(size_t(16) << 20);
     CHECK((*again)[0] == 0x3c && (*again)[(size_t(16) << 20) - 1] == 0x3c,
           "the newest released buffer was dropped from a full pool");
+  }
+  {
+    // The offset within a 64-byte line follows the request's input (copy_phase), for small outputs,
+    // fresh ones and reused ones alike; a reused buffer still holds lead + bytes without reallocating.
+    for (size_t lead : {size_t(16), size_t(0), size_t(48), size_t(8)}) {
+      for (size_t bytes : {size_t(1000), size_t(32) << 20}) {
+        OutputBytes b = take_output_buffer(bytes, lead);
+        const auto at = reinterpret_cast<uintptr_t>(b->data());
+        CHECK(at % kCopyLineBytes == lead && b->size() == bytes && b->lead() == lead, "%zu bytes at lead %zu: %p",
+              bytes, lead, static_cast<void*>(b->data()));
+        std::memset(b->data(), 0x42, b->size());
+      }
+    }
+    CHECK(copy_phase(0x1010) == 16 && copy_phase(0x103f) == 56 && copy_phase(0x1004) == 0);
+    char line[3 * kCopyLineBytes];
+    for (size_t phase : {size_t(0), size_t(16), size_t(40)}) {
+      char* at = at_copy_phase(line, phase);
+      CHECK(reinterpret_cast<uintptr_t>(at) % kCopyLineBytes == phase && at >= line && at < line + kCopyLineBytes);
+    }
   }
   return finish("output_pool_test");
 }

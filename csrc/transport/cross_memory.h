@@ -30,6 +30,26 @@ namespace phv {
 // 58 us). The single copy also escapes this machine's slow state, which slows every ring hand-off.
 constexpr size_t kDefaultDirectBytes = size_t(1) << 20;
 
+// The kernel's copy (copy_user: `rep movsb` on CPUs with fast strings) slows down 1.5-5x when source and
+// destination do not start at the same offset within a 32-byte block, a misalignment that glibc's memcpy
+// in user space handles at no cost: 64 MiB through process_vm_writev in 4.0 ms with both at offset 0 or
+// both at 16, 7.0 ms from offset 16 into offset 0 (benchmarks/RESULTS.md, "Where the kernel's copy
+// slows"). Memory we allocate for a peer to copy into or out of therefore starts at the same offset
+// within a 64-byte line as the far side's buffer (or, unknown, as our own input: peers run the same
+// program and place their buffers alike).
+constexpr size_t kCopyLineBytes = 64;
+
+// Where `address` lies within its 64-byte line, rounded down to 8 bytes (no element type needs more than
+// that alignment, and an output placed by this must stay aligned for its type).
+inline size_t copy_phase(uint64_t address) { return static_cast<size_t>(address % kCopyLineBytes) & ~size_t(7); }
+
+// The first address at or after `base` whose copy phase is `phase`: a buffer of kCopyLineBytes more than it
+// holds can start anywhere a copy needs it to.
+inline char* at_copy_phase(char* base, size_t phase) {
+  const size_t now = static_cast<size_t>(reinterpret_cast<uintptr_t>(base) % kCopyLineBytes);
+  return base + (phase + kCopyLineBytes - now) % kCopyLineBytes;
+}
+
 struct CrossMemory {
   size_t direct_bytes = 0;    // agreed threshold, the same on every rank; 0: off
   std::vector<pid_t> pids;    // index: rank; the peers' process ids (0 where unknown)

@@ -53,6 +53,8 @@ class _ConfigMethods:
             if knob.newer_core and not hasattr(target, attr):
                 continue
             value = getattr(self, knob.field)
+            if value is None and knob.kind != "str":
+                continue  # unset, and the core chooses (PYHOROVOD_SHM_DIRECT_BYTES)
             setattr(target, attr, "" if value is None else value)
 
         connect.rank, connect.size = rank, size

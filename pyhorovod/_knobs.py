@@ -148,14 +148,15 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("PYHOROVOD_SHM_SPIN_YIELD", "int", -1, "shared memory: yield the CPU while polling (1), or not (0); "
          "-1: automatic", minimum=-1, allowed=(-1, 0, 1), field="shm_spin_yield",
          option="connect.shm_spin_yield", newer_core=True),
-    Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", 1 << 20, "shared memory: copies of at least this many bytes (a "
-         "rank's block in allgather, alltoall and reducescatter; in broadcast, what each reader gets but the "
-         "root's 1/p share) are one copy straight "
+    Knob("PYHOROVOD_SHM_DIRECT_BYTES", "int", None, "shared memory: copies of at least this many bytes (a "
+         "rank's block in allgather, alltoall and reducescatter; in broadcast, the root's 1/p share of each "
+         "reader's buffer) are one copy straight "
          "between the two ranks' buffers (process_vm_writev into the peer's output for allgather and alltoall, "
          "process_vm_readv of its input for reducescatter; a broadcast's readers read all but the last 1/p, "
          "which the root writes) instead of two copies through the ring; 0: off. Used only where "
          "every pair of ranks can (probed at start; refused by ptrace restrictions, seccomp, pid namespaces)",
-         minimum=0, field="shm_direct_bytes", option="connect.shm_direct_bytes", newer_core=True),
+         minimum=0, field="shm_direct_bytes", option="connect.shm_direct_bytes", newer_core=True,
+         shown="1048576 (262144 for all but broadcast where a host has more ranks than CPUs)"),
     Knob("PYHOROVOD_SHM_DIRECT_REFUSE", "bool", False, "test hook: the single-copy probe reports refused, so "
          "every rank keeps the two-copy path", field="shm_direct_refuse_probe",
          option="connect.shm_direct_refuse_probe", newer_core=True),

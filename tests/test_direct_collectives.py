@@ -7,6 +7,8 @@ threshold forced to 1 byte, so every copy of every op is a process_vm_readv; wit
 rings); and forced low but with the probe refused (the PYHOROVOD_SHM_DIRECT_REFUSE test hook), which must fall
 back on every rank. The raw core (_core.Communicator) shows which path was agreed: its direct_bytes is the
 threshold when on, 0 when off or refused -- and a 9 MiB allgather and reducescatter through it are exact.
+Left unset, the threshold follows the host's oversubscription (the union of the ranks' CPU masks), and the
+engine's outputs start at their input's offset within a 64-byte line, with exact results at every offset.
 """
 import os
 
@@ -65,6 +67,34 @@ def test_core_agreed_path(mode, want):
         env["PYHOROVOD_SHM_DIRECT_BYTES"] = str(1 << 20)
     results = run_ranks(body_core, 3, args=(want,), timeout=120, env=env)
     assert [r.value for r in results] == [want] * 3
+
+
+def body_auto(pin, explicit_on_rank0):
+    """The thresholds agreed (pieces, broadcast) with PYHOROVOD_SHM_DIRECT_BYTES unset, after pinning:
+    "same" puts every rank on one CPU, "own" each rank on a CPU of its own (as mpirun's binding to cores
+    does)."""
+    from pyhorovod import _core
+    o = connect_options_from_env()
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[0]} if pin == "same" else {cpus[o.rank % len(cpus)]})
+    if explicit_on_rank0 and o.rank == 0:
+        o.shm_direct_bytes = explicit_on_rank0
+    comm = _core.Communicator(o)
+    got = [comm.direct_bytes, comm.broadcast_direct_bytes]
+    comm.close()
+    return got
+
+
+@pytest.mark.parametrize("pin,explicit,want", [
+    ("same", 0, [256 << 10, 1 << 20]),    # 2 ranks on 1 CPU: oversubscribed (a broadcast keeps 1 MiB)
+    ("own", 0, [1 << 20, 1 << 20]),       # 2 ranks with a CPU each: the union of their masks counts 2
+    ("same", 1 << 20, [1 << 20, 1 << 20]),  # one rank asks for 1 MiB explicitly: the largest wins
+])
+def test_threshold_follows_oversubscription(pin, explicit, want):
+    if pin == "own" and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs to give each rank its own")
+    results = run_ranks(body_auto, 2, args=(pin, explicit), timeout=60)
+    assert [r.value for r in results] == [want] * 2
 
 
 def _at_phase(values, phase):

@@ -6,7 +6,8 @@
 //    segment k as soon as it has arrived, with up to max_segments_in_flight segments posted each way.
 //    Time ~ (p - 2 + number of segments) segment times: the bandwidth term does not grow with p.
 // Every rank receives straight into buf: no copies besides the transport's.
-//  - at least Transport::direct_bytes(): every rank reads the root's buffer in place (direct_copy.h).
+//  - a root's share of at least Transport::broadcast_direct_bytes(): every rank reads the root's buffer in
+//    place, the root writing its share (direct_copy.h).
 #include <algorithm>
 #include <unordered_map>
 #include <vector>
@@ -88,10 +89,11 @@ void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning
   const int p = comm.size();
   PHV_CHECK_ARG(root >= 0 && root < p, "broadcast: root rank ", root, " out of range [0, ", p, ")");
   if (p <= 1 || bytes == 0) return;
-  // The single-copy decision looks at the piece each copy moves, as for the other collectives: here
-  // what a reader reads, all but the root's 1/p share (1 MiB at 4 ranks: 768 KiB, which the chain moves
-  // faster).
-  if (use_direct(comm, bytes - bytes / static_cast<size_t>(p))) {
+  // The single-copy decision looks at the root's share of each reader's buffer, the 1/p it writes (a
+  // reader reads the rest); at 2 ranks that is what a reader reads. With 4 ranks on 2 cores the chain
+  // beat single copies of 1 and 2 MiB (93 against 178 us, 187 against 327), where what a reader reads
+  // (768 KiB, 1.5 MiB) would have sent the 2 MiB one to single copies at a 1 MiB threshold.
+  if (use_direct_broadcast(comm, bytes / static_cast<size_t>(p))) {
     direct_broadcast(comm, buf, bytes, root, deadline);
   } else if (bytes < small_message_threshold(tuning, p) || p == 2) {
     binomial(comm, static_cast<char*>(buf), bytes, root, deadline);

@@ -40,6 +40,11 @@ bool use_direct(const Comm& comm, size_t bytes) {
   return comm.size() > 1 && t > 0 && bytes >= t;
 }
 
+bool use_direct_broadcast(const Comm& comm, size_t share) {
+  const size_t t = comm.transport->broadcast_direct_bytes();
+  return comm.size() > 1 && t > 0 && share >= t;
+}
+
 bool ranges_overlap(const void* a, size_t an, const void* b, size_t bn) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return an > 0 && bn > 0 && x < y + bn && y < x + an;

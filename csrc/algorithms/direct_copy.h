@@ -20,6 +20,8 @@ namespace phv {
 
 // True when a copy of `bytes` between members of comm goes through read_direct.
 bool use_direct(const Comm& comm, size_t bytes);
+// The same for a broadcast whose root's share of each reader's buffer (1/p of it) is `share` bytes.
+bool use_direct_broadcast(const Comm& comm, size_t share);
 
 // An address range in a peer's memory, as it published it.
 struct Published {

@@ -31,7 +31,7 @@ struct ConnectOptions {
   int shm_spin_yield = -1;               // shm: yield the CPU while polling: 1 always, 0 never, -1 after 2 us
   size_t shm_ring_bytes = 0;             // shm: ring size per direction (0: 1 MiB; a power of two >= 64 KiB)
   bool shm_zero_copy = true;             // shm: reduce straight from the ring (false: copy out first)
-  size_t shm_direct_bytes = kDefaultDirectBytes;  // shm: single-copy reads from this size up (0: off)
+  size_t shm_direct_bytes = kDirectBytesAuto;  // shm: single copies from this size up (0: off; cross_memory.h)
   bool shm_direct_refuse_probe = false;  // shm, a test hook: the single-copy probe reports refused
   Tuning tuning;
 };

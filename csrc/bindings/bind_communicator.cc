@@ -48,6 +48,7 @@ class Communicator {
   int size() const { return size_; }
   // The agreed single-copy threshold (Transport::direct_bytes; 0: off, e.g. when the probe was refused).
   size_t direct_bytes() const { return backend_ ? backend_->transport().direct_bytes() : 0; }
+  size_t broadcast_direct_bytes() const { return backend_ ? backend_->transport().broadcast_direct_bytes() : 0; }
 
   void allreduce(py::object buf, int dtype, int op, double timeout_s, const std::string& algorithm) {
     DataType dt = check_dtype(dtype);
@@ -174,6 +175,7 @@ void register_communicator(py::module_& m) {
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
       .def_property_readonly("direct_bytes", &Communicator::direct_bytes)
+      .def_property_readonly("broadcast_direct_bytes", &Communicator::broadcast_direct_bytes)
       .def("allreduce", &Communicator::allreduce, py::arg("buf"), py::arg("dtype"), py::arg("op"), py::arg("timeout_s"),
            py::arg("algorithm") = "auto")
       .def("allgatherv", &Communicator::allgatherv, py::arg("send"), py::arg("recv"), py::arg("bytes_per_rank"),

@@ -1,6 +1,7 @@
 #include "transport/cross_memory.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -19,7 +20,9 @@ namespace {
 // (the kernel pins the pages of each call) rather than one that pins gigabytes.
 constexpr size_t kMaxReadBytes = size_t(64) << 20;
 constexpr size_t kProbeBytes = 24;  // {pid u64, address u64, value u64}, little-endian
-constexpr size_t kAgreeBytes = 9;   // {threshold u64, every pair of mine can read u8}
+// {threshold u64, every pair of mine can read u8, this rank's CPU affinity mask}
+constexpr size_t kMaskBytes = sizeof(cpu_set_t);
+constexpr size_t kAgreeBytes = 9 + kMaskBytes;
 
 }  // namespace
 
@@ -94,23 +97,40 @@ CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std:
     if (local[p]) recv_all(fds[p], &theirs, 1, deadline, who(p));
     all_mine = all_mine && local[p] && verdict[p] && theirs == 1;
   }
-  // Round 2, every pair: {threshold, all_mine}. On only if every rank can and wants; the largest wins.
+  // Round 2, every pair: {threshold, all_mine, CPU mask}. On only if every rank can and wants; the largest
+  // threshold wins, an automatic one resolved from the union of the masks (the same on every rank).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) CPU_ZERO(&cpus);  // unknown: counts as no CPU of its own
   uint8_t agree[kAgreeBytes];
   store_le<uint64_t>(agree, want_bytes);
   agree[8] = all_mine ? 1 : 0;
+  std::memcpy(agree + 9, &cpus, kMaskBytes);
   for (int p = 0; p < size; ++p)
     if (p != rank) send_all(fds[p], agree, sizeof(agree), deadline, who(p));
-  bool on = all_mine && want_bytes > 0;
-  size_t bytes = want_bytes;
+  std::vector<uint64_t> wants{want_bytes};
+  bool on = all_mine;
+  cpu_set_t all = cpus;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     uint8_t theirs[kAgreeBytes];
     recv_all(fds[p], theirs, sizeof(theirs), deadline, who(p));
-    const uint64_t t = load_le<uint64_t>(theirs);
-    on = on && theirs[8] == 1 && t > 0;
-    bytes = std::max<size_t>(bytes, static_cast<size_t>(t));
+    wants.push_back(load_le<uint64_t>(theirs));
+    on = on && theirs[8] == 1;
+    cpu_set_t mask;
+    std::memcpy(&mask, theirs + 9, kMaskBytes);
+    CPU_OR(&all, &all, &mask);
+  }
+  const size_t automatic = size > CPU_COUNT(&all) ? kOversubscribedDirectBytes : kDefaultDirectBytes;
+  size_t bytes = 0, broadcast_bytes = 0;
+  for (uint64_t w : wants) {
+    on = on && w > 0;
+    bytes = std::max<size_t>(bytes, w == kDirectBytesAuto ? automatic : static_cast<size_t>(w));
+    broadcast_bytes =
+        std::max<size_t>(broadcast_bytes, w == kDirectBytesAuto ? kDefaultDirectBytes : static_cast<size_t>(w));
   }
   out.direct_bytes = on ? bytes : 0;
+  out.broadcast_direct_bytes = on ? broadcast_bytes : 0;
   if (refused_errno != 0 && want_bytes > 0)
     log(LogLevel::WARNING, "rank ", rank, ": single-copy reads from peers on this host refused (",
         refuse_probe ? std::string("probe refused by the test hook") : errno_text(refused_errno),

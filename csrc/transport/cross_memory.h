@@ -23,12 +23,19 @@
 
 namespace phv {
 
-// Default of PYHOROVOD_SHM_DIRECT_BYTES: single copies move pieces of at least this many bytes
-// (benchmarks/RESULTS.md, "The single-copy threshold"). With the engine's outputs on whole huge pages,
-// paired against the two-copy rings: from 1 MiB pieces the single copy was as fast or faster (alltoall of
-// 4 MiB at 4 ranks, 1 MiB blocks: 1.8 -> 0.49 ms); at 512 KiB the ring still won at 2 ranks (43 against
-// 58 us). The single copy also escapes this machine's slow state, which slows every ring hand-off.
+// PYHOROVOD_SHM_DIRECT_BYTES unset: single copies move pieces of at least kDefaultDirectBytes, or of at least
+// kOversubscribedDirectBytes where the host runs more ranks than the CPUs they may run on (benchmarks/
+// RESULTS.md, "The single-copy threshold"). With the engine's outputs on whole huge pages, paired against
+// the two-copy rings: from 1 MiB pieces the single copy was as fast or faster; at 512 KiB the ring still
+// won at 2 ranks (43 against 58 us). With 4 ranks on 2 cores the ring's hand-offs wait for the peer to be
+// scheduled, and single copies won from 256 KiB pieces (a 1 MiB alltoall: 452 -> 241 us; a 2 MiB
+// allgather: 1184 -> 443 us). The single copy also escapes this machine's slow state, which slows every
+// ring hand-off. A broadcast keeps kDefaultDirectBytes there: its chain beat single copies of 1 and
+// 2 MiB at 4 ranks on 2 cores (93 against 178 us, 187 against 327).
 constexpr size_t kDefaultDirectBytes = size_t(1) << 20;
+constexpr size_t kOversubscribedDirectBytes = size_t(256) << 10;
+// A threshold asking for that choice (ConnectOptions' default): resolved at connect, the same on every rank.
+constexpr size_t kDirectBytesAuto = ~size_t(0);
 
 // The kernel's copy (copy_user: `rep movsb` on CPUs with fast strings) slows down 1.5-5x when source and
 // destination do not start at the same offset within a 32-byte block, a misalignment that glibc's memcpy
@@ -52,13 +59,14 @@ inline char* at_copy_phase(char* base, size_t phase) {
 
 struct CrossMemory {
   size_t direct_bytes = 0;    // agreed threshold, the same on every rank; 0: off
+  size_t broadcast_direct_bytes = 0;  // the same for a broadcast (Transport::broadcast_direct_bytes)
   std::vector<pid_t> pids;    // index: rank; the peers' process ids (0 where unknown)
 };
 
 // Collective over every connected pair (fds[p] valid for p != rank), after setup_shm_links: local[p] says
 // that the pair shares a ring (the same on both ends); all_local is setup_shm_links' answer (the same on
 // every rank): without it nothing is exchanged and the result is off. want_bytes: this rank's threshold
-// (0: off). refuse_probe (a test hook): report the probe as refused without trying it. Small fixed-size
+// (0: off; kDirectBytesAuto: chosen from the ranks and CPUs of the host). refuse_probe (a test hook): report the probe as refused without trying it. Small fixed-size
 // messages; throws HvdError on a broken connection.
 CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std::vector<std::string>& addrs,
                                const std::vector<bool>& local, bool all_local, size_t want_bytes, bool refuse_probe,

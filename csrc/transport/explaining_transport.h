@@ -36,6 +36,7 @@ class ExplainingTransport : public Transport {
   bool shared_memory_everywhere() const override { return inner_.shared_memory_everywhere(); }
   // So must the single-copy reads, or the engine's large collectives would keep the two-copy rings.
   size_t direct_bytes() const override { return inner_.direct_bytes(); }
+  size_t broadcast_direct_bytes() const override { return inner_.broadcast_direct_bytes(); }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;

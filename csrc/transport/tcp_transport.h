@@ -48,6 +48,7 @@ class TcpTransport : public Transport, private LinkHost {
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   bool shared_memory_everywhere() const override { return all_local_; }
   size_t direct_bytes() const override { return direct_.direct_bytes; }
+  size_t broadcast_direct_bytes() const override { return direct_.broadcast_direct_bytes; }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;

@@ -66,6 +66,9 @@ class Transport {
   // write_direct() is the other way: len bytes of src into peer's memory at `addr` (a range the peer
   // published for that, and does not touch until we tell it we are done).
   virtual size_t direct_bytes() const { return 0; }
+  // The same for a broadcast, which compares the root's 1/p share of a buffer with it: above
+  // direct_bytes() where the host is oversubscribed (cross_memory.h), where its chain still wins.
+  virtual size_t broadcast_direct_bytes() const { return direct_bytes(); }
   virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
   virtual void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op);
 

@@ -134,6 +134,6 @@ def test_engine_outputs_start_where_the_input_does_within_a_line():
     # The kernel's copy runs at a fraction of its speed between buffers at different offsets within a
     # 32-byte block (transport/cross_memory.h), so the engine places an allgather's or alltoall's output at
     # its input's offset within a 64-byte line; results stay exact at every offset.
-    phases = [16, 0, 40, 8]
+    phases = [16, 0, 40, 8, 4, 60]
     results = run_ranks(body_phase, 3, args=(phases,), timeout=120)
     assert [r.value for r in results] == [len(phases)] * 3

@@ -98,8 +98,8 @@ void DirectExchange::write(int to, size_t want, size_t at, const void* src, size
   comm_.transport->write_direct(comm_.global(to), published(to, want, at, len).addr + at, src, len, op_);
 }
 
-size_t DirectExchange::phase(int from, size_t want, size_t at) const {
-  return copy_phase(published(from, want, at, 0).addr + at);
+size_t DirectExchange::phase(int from, size_t want, size_t at, size_t item_bytes) const {
+  return copy_phase(published(from, want, at, 0).addr + at, item_bytes);
 }
 
 void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
@@ -182,7 +182,7 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
   const char* in = static_cast<const char*>(input);
   if (ranges_overlap(input, total, output, my_bytes)) {
     copy.resize(total + kCopyLineBytes);
-    char* c = at_copy_phase(copy.data(), copy_phase(reinterpret_cast<uintptr_t>(in)));
+    char* c = at_copy_phase(copy.data(), copy_phase(reinterpret_cast<uintptr_t>(in), esize));
     std::memcpy(c, in, total);
     in = c;
   }
@@ -210,7 +210,7 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
       }
       for (size_t at = 0; at < my_bytes; at += piece) {
         const size_t n = std::min(piece, my_bytes - at);
-        char* s = at_copy_phase(scratch.data(), x.phase(q, my_bytes, at));
+        char* s = at_copy_phase(scratch.data(), x.phase(q, my_bytes, at, esize));
         x.read(q, my_bytes, at, s, n);
         reduce_into(out + at, s, n / esize, dt, op);
       }

@@ -47,8 +47,8 @@ class DirectExchange {
   void read(int from, void* dst, size_t len) { read(from, len, 0, dst, len); }
   // Copies len bytes of src to offset `at` of what `to` published (checking its length is `want`).
   void write(int to, size_t want, size_t at, const void* src, size_t len);
-  // copy_phase (transport/cross_memory.h) of offset `at` of what `from` published.
-  size_t phase(int from, size_t want, size_t at) const;
+  // copy_phase (transport/cross_memory.h) of offset `at` of what `from` published, for items of item_bytes.
+  size_t phase(int from, size_t want, size_t at, size_t item_bytes) const;
 
  private:
   Published published(int from, size_t want, size_t at, size_t len) const;  // checked against want

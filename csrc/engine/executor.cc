@@ -45,12 +45,13 @@ class UnitPhases : public PhaseObserver {
 // where `input` does within its 64-byte line: peers' inputs, placed alike, then copy into it at full speed.
 class UnitOutput {
  public:
-  UnitOutput(GpuBackend* gpu, size_t bytes, const void* input) : bytes_(bytes), on_device_(gpu != nullptr) {
+  UnitOutput(GpuBackend* gpu, size_t bytes, const void* input, DataType dtype)
+      : bytes_(bytes), on_device_(gpu != nullptr) {
     if (on_device_) {
       device_ = gpu->allocate(bytes);
       data_ = device_.get();
     } else {
-      host_ = take_output_buffer(bytes, copy_phase(reinterpret_cast<uintptr_t>(input)));
+      host_ = take_output_buffer(bytes, copy_phase(reinterpret_cast<uintptr_t>(input), dtype_size(dtype)));
       data_ = host_->data();
     }
   }
@@ -188,7 +189,7 @@ void Executor::allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm
     bytes[static_cast<size_t>(r)] = static_cast<size_t>(dim0) * row_bytes;
     rows += dim0;
   }
-  UnitOutput out(gpu, static_cast<size_t>(rows) * row_bytes, e.op->req.input);
+  UnitOutput out(gpu, static_cast<size_t>(rows) * row_bytes, e.op->req.input, d.dtype);
   backend.allgatherv(comm, e.op->req.input, out.data(), bytes, ctx);
   out.hand_to(e.op->result, d.device);
   e.op->result.output_shape = with_dim0(d.shape, rows);
@@ -201,7 +202,7 @@ void Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   for (size_t i = 1; i < req.shape.size(); ++i) row_elems *= req.shape[i];
   size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(req.dtype);
   AlltoallPlan plan = plan_alltoall(host_, comm, req, row_bytes, ctx.deadline);
-  UnitOutput out(gpu, static_cast<size_t>(plan.rows) * row_bytes, req.input);
+  UnitOutput out(gpu, static_cast<size_t>(plan.rows) * row_bytes, req.input, req.dtype);
   backend.alltoallv(comm, req.input, plan.send_bytes, out.data(), plan.recv_bytes, ctx);
   Result& res = e.op->result;
   out.hand_to(res, e.agreed->device);

@@ -81,7 +81,8 @@ int main() {
         std::memset(b->data(), 0x42, b->size());
       }
     }
-    CHECK(copy_phase(0x1010) == 16 && copy_phase(0x103f) == 56 && copy_phase(0x1004) == 0);
+    CHECK(copy_phase(0x1010, 4) == 16 && copy_phase(0x103c, 4) == 60 && copy_phase(0x1004, 8) == 0 &&
+          copy_phase(0x1003, 1) == 3);
     char line[3 * kCopyLineBytes];
     for (size_t phase : {size_t(0), size_t(16), size_t(40)}) {
       char* at = at_copy_phase(line, phase);

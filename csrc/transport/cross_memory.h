@@ -46,9 +46,11 @@ constexpr size_t kDirectBytesAuto = ~size_t(0);
 // program and place their buffers alike).
 constexpr size_t kCopyLineBytes = 64;
 
-// Where `address` lies within its 64-byte line, rounded down to 8 bytes (no element type needs more than
-// that alignment, and an output placed by this must stay aligned for its type).
-inline size_t copy_phase(uint64_t address) { return static_cast<size_t>(address % kCopyLineBytes) & ~size_t(7); }
+// Where `address` lies within its 64-byte line, rounded down to a multiple of item_bytes (a power of two):
+// memory placed by it holds elements of that size, aligned as an element-aligned address leaves them.
+inline size_t copy_phase(uint64_t address, size_t item_bytes) {
+  return static_cast<size_t>(address % kCopyLineBytes) & ~(item_bytes - 1);
+}
 
 // The first address at or after `base` whose copy phase is `phase`: a buffer of kCopyLineBytes more than it
 // holds can start anywhere a copy needs it to.

@@ -5,9 +5,9 @@
 // on 2 MiB transparent huge pages (benchmarks/cma_copy.py). malloc's large blocks start anywhere, so up to
 // 2 MiB at each end of a buffer stayed on small pages even when huge pages were asked for the rest. This
 // allocator starts every block of 2 MiB or more on a 2 MiB boundary and asks for huge pages for all of
-// it before the first touch (smaller blocks start on a 64-byte line) (advice: where the kernel refuses, the block keeps small pages). It also
-// leaves new elements uninitialized: the collective overwrites every byte, so a zero fill was a wasted
-// pass over memory.
+// it before the first touch (advice: where the kernel refuses, the block keeps small pages); smaller
+// blocks start on a 64-byte line. It also leaves new elements uninitialized: the collective overwrites
+// every byte, so a zero fill was a wasted pass over memory.
 //
 // The bytes of an output start `lead` bytes into that storage: at the same offset within a 64-byte line as
 // the request's input, so that the peers' kernel copies into it run at full speed

@@ -23,9 +23,10 @@
 
 namespace phv {
 
-// PYHOROVOD_SHM_DIRECT_BYTES unset: single copies move pieces of at least kDefaultDirectBytes, or of at least
-// kOversubscribedDirectBytes where the host runs more ranks than the CPUs they may run on (benchmarks/
-// RESULTS.md, "The single-copy threshold"). With the engine's outputs on whole huge pages, paired against
+// PYHOROVOD_SHM_DIRECT_BYTES unset: single copies move pieces of at least kDefaultDirectBytes, or of at
+// least kOversubscribedDirectBytes where the host runs more ranks than the CPUs they may run on
+// (benchmarks/RESULTS.md, "The single-copy threshold" and "The threshold where a host has more ranks than
+// CPUs"). With the engine's outputs on whole huge pages, paired against
 // the two-copy rings: from 1 MiB pieces the single copy was as fast or faster; at 512 KiB the ring still
 // won at 2 ranks (43 against 58 us). With 4 ranks on 2 cores the ring's hand-offs wait for the peer to be
 // scheduled, and single copies won from 256 KiB pieces (a 1 MiB alltoall: 452 -> 241 us; a 2 MiB
@@ -68,8 +69,9 @@ struct CrossMemory {
 // Collective over every connected pair (fds[p] valid for p != rank), after setup_shm_links: local[p] says
 // that the pair shares a ring (the same on both ends); all_local is setup_shm_links' answer (the same on
 // every rank): without it nothing is exchanged and the result is off. want_bytes: this rank's threshold
-// (0: off; kDirectBytesAuto: chosen from the ranks and CPUs of the host). refuse_probe (a test hook): report the probe as refused without trying it. Small fixed-size
-// messages; throws HvdError on a broken connection.
+// (0: off; kDirectBytesAuto: chosen from the ranks and CPUs of the host). refuse_probe (a test hook):
+// report the probe as refused without trying it. Small fixed-size messages; throws HvdError on a broken
+// connection.
 CrossMemory setup_cross_memory(int rank, const std::vector<int>& fds, const std::vector<std::string>& addrs,
                                const std::vector<bool>& local, bool all_local, size_t want_bytes, bool refuse_probe,
                                Deadline deadline);

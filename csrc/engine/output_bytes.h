@@ -72,14 +72,17 @@ struct HugePageAllocator {
 
 using OutputVector = std::vector<uint8_t, HugePageAllocator<uint8_t>>;
 
-// size() bytes at data(), which lies lead() bytes into the storage.
+// size() bytes at data(), which lies lead() bytes into the storage (lead < kMaxLead).
 class OutputBuffer {
  public:
+  static constexpr size_t kMaxLead = 64;
   OutputBuffer() = default;
   explicit OutputBuffer(OutputVector bytes) : storage_(std::move(bytes)), size_(storage_.size()) {}
-  // `bytes` bytes starting `lead` bytes in; no reallocation (and no byte written) when the capacity holds
-  // them, so a reused buffer keeps its pages and its old contents.
+  // `bytes` bytes starting `lead` bytes in. The storage holds kMaxLead more, so the buffer takes any lead
+  // later (an input's offset moves with where the caller's allocator put it); no reallocation (and no byte
+  // written) when the capacity holds them, so a reused buffer keeps its pages and its old contents.
   void reshape(size_t bytes, size_t lead) {
+    storage_.reserve(kMaxLead + bytes);
     storage_.resize(lead + bytes);
     lead_ = lead;
     size_ = bytes;

@@ -78,7 +78,7 @@ OutputBytes take_output_buffer(size_t bytes, size_t lead) {
     small->reshape(bytes, lead);
     return small;
   }
-  OutputBuffer* v = pool().take(lead + bytes);
+  OutputBuffer* v = pool().take(OutputBuffer::kMaxLead + bytes);  // whatever lead it had
   if (v == nullptr) {
     v = fresh_buffer(bytes, lead);
   } else {

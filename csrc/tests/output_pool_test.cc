@@ -81,6 +81,14 @@ int main() {
         std::memset(b->data(), 0x42, b->size());
       }
     }
+    // A released buffer serves the next request whatever the offsets of the two: the same storage.
+    const uint8_t* start = nullptr;
+    {
+      OutputBytes a = take_output_buffer(size_t(24) << 20, 16);
+      start = a->data() - 16;
+    }
+    OutputBytes b = take_output_buffer(size_t(24) << 20, 48);
+    CHECK(b->data() - 48 == start && b->size() == size_t(24) << 20, "a new lead took a fresh buffer");
     CHECK(copy_phase(0x1010, 4) == 16 && copy_phase(0x103c, 4) == 60 && copy_phase(0x1004, 8) == 0 &&
           copy_phase(0x1003, 1) == 3);
     char line[3 * kCopyLineBytes];

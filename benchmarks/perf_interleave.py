@@ -22,7 +22,9 @@ boundary (see on_huge_pages).
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
 small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
 ring size), zerocopy=0|1 (reduce straight from the shm ring), direct=BYTES (single copies from this size
-up; 0: off), alg=auto|ring|small, env.NAME=VALUE (an environment variable set while this communicator is
+up; 0: off), alg=auto|ring|small, lockstep=1 (a barrier before every call, so that no call overlaps the
+previous one on another rank: the per-call latency, as a negotiated call through the engine sees it, not the
+throughput of back-to-back calls), env.NAME=VALUE (an environment variable set while this communicator is
 built), e.g. core-tcp:seg=1M,win=2.
 """
 import json
@@ -86,6 +88,7 @@ class Core(W.CoreBackend):  # allgather, alltoall, broadcast, reducescatter: as 
         o.shm_enable = base == "core"
         t = _core.Tuning()
         self.alg = "auto"
+        self.lockstep = False
         saved = dict(os.environ)
         for kv in filter(None, opts.split(",")):
             k, v = kv.split("=")
@@ -103,6 +106,8 @@ class Core(W.CoreBackend):  # allgather, alltoall, broadcast, reducescatter: as 
                 o.shm_spin_yield = int(v)
             elif k == "alg":
                 self.alg = v
+            elif k == "lockstep":
+                self.lockstep = v != "0"
             elif k == "ring":
                 o.shm_ring_bytes = parse_size(v)
             elif k == "zerocopy":
@@ -167,6 +172,13 @@ def make_call(o, op, nbytes, rank, size, align=False):
     """(call, check) for candidate o: call() runs the op once on buffers made here; check() counts the
     wrong elements of the output (an allreduce sums in place, so its check expects the zeros it is left
     with after the first call's check). align: every buffer starts on a 2 MiB boundary."""
+    call, check = _make_call(o, op, nbytes, rank, size, align)
+    if getattr(o, "lockstep", False):
+        return (lambda: (o.barrier(), call())), check
+    return call, check
+
+
+def _make_call(o, op, nbytes, rank, size, align):
     import numpy as np
     place = on_huge_pages if align else (lambda a: a)
     count = max(1, nbytes // 4)

@@ -2,9 +2,10 @@
 stream of cached small synchronous allreduces runs as one recursive-doubling exchange per call. Checked
 exactly for every dtype/op the small path takes, at 2, 3 (a non-power of two) and 4 ranks; a rank that
 changes the op or the shape mid-stream gets the usual mismatch error on every rank (the express round
-misses and the star round decides), after which the stream goes express again. Streams of cached
-requests too large to ride inline negotiate in the express round too (every op, exact results). The
-engine's statistics line ("... N express rounds, M express misses") shows that express rounds happened."""
+misses and the star round decides), after which the stream goes express again. Inline requests of
+mixed sizes one after another (heads sized by one of them, tails for larger ones) are exact too. Streams
+of cached requests too large to ride inline negotiate in the express round too (every op, exact
+results). The engine's statistics line ("... N express rounds, M express misses") shows that express rounds happened."""
 import re
 
 import numpy as np
@@ -177,3 +178,31 @@ def test_steady_large_requests_negotiate_express_with_exact_results(size):
     hits, misses = agreed_counts(body_negotiation_alone, size, 180, 30, env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
     # 5 global streams of 30 calls: all but the first few of each can go express (descheduled peers miss)
     assert hits >= 5 * 10, (hits, misses)
+
+
+def body_mixed_sizes(iterations):
+    """Cached inline requests of different sizes, one after another: the express heads take the size of
+    the request that turned express mode on (express_round.h), so some later requests fit in a head with
+    room to spare and others send a tail. Every result exact."""
+    import pyhorovod as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    for i in range(iterations):
+        got = hvd.broadcast(np.arange(1024, dtype=np.float32) + 10 * r + i, root_rank=n - 1, name="b4k")
+        assert np.array_equal(got, np.arange(1024, dtype=np.float32) + 10 * (n - 1) + i), (i, got[:4])
+        got = hvd.allreduce(np.array([r + 1, i, 1], np.int32), op=hvd.Sum, name="s3")
+        assert np.array_equal(got, np.array([tri, n * i, n], np.int32)), (i, got)
+        got = hvd.allreduce(np.full(600, r + i, np.float32), op=hvd.Sum, name="s600")
+        assert np.array_equal(got, np.full(600, tri - n + n * i, np.float32)), (i, got[:4])
+        got = hvd.allgather(np.full((r + 1, 3), r + i, np.int16), name="g")
+        want = np.concatenate([np.full((q + 1, 3), q + i, np.int16) for q in range(n)])
+        assert np.array_equal(got, want), (i, got)
+    hvd.shutdown()
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_inline_requests_of_mixed_sizes_go_express_with_exact_results(size):
+    hits, misses = agreed_counts(body_mixed_sizes, size, 180, 40)
+    # 4 requests x 40 iterations; as above, calls whose peers are descheduled may miss
+    assert hits >= 40, (hits, misses)

@@ -80,7 +80,12 @@ bool ControlRound::step(Step how, Deadline deadline) {
   }
 }
 
-void ControlRound::note_express_flag() { express_on_ = (resp_.flags & kRespExpress) != 0; }
+void ControlRound::note_express_flag() {
+  express_on_ = (resp_.flags & kRespExpress) != 0;
+  // The flag comes with one INLINE or CACHED item (decide_and_broadcast): its bytes size the express heads.
+  if (express_on_)
+    express_.set_head_payload(resp_.n == 1 && resp_.items[0].type == ItemType::INLINE ? resp_.items[0].data.size() : 0);
+}
 
 void ControlRound::drive(Deadline deadline) {
   while (transport_.pending() > 0) {

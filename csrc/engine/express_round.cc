@@ -1,5 +1,6 @@
 #include "engine/express_round.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -27,13 +28,17 @@ int only_bit(const RankMessage& msg) {
   return -1;
 }
 
-// Payload bytes past the head that a packet with this header carries in its tail.
-size_t tail_bytes(uint32_t ready, uint32_t len) {
-  constexpr size_t in_head = ExpressRound::kHeadBytes - ExpressRound::kHeaderBytes;
+// Payload bytes past a head of `head` bytes that a packet with this header carries in its tail.
+size_t tail_bytes(uint32_t ready, uint32_t len, size_t head) {
+  const size_t in_head = head - ExpressRound::kHeaderBytes;
   return ready && len > in_head ? len - in_head : 0;
 }
 
 }  // namespace
+
+void ExpressRound::set_head_payload(size_t bytes) {
+  head_bytes_ = kHeaderBytes + std::min(kInlineBytes, std::max(kHeadBytes - kHeaderBytes, bytes));
+}
 
 bool ExpressRound::ready(const RankMessage& msg) {
   if ((msg.flags & ~kRankWaiting) != 0 || msg.n_news != 0 || msg.n_expiries != 0 || msg.n_inlines > 1) return false;
@@ -66,7 +71,7 @@ bool ExpressRound::run(const RankMessage& msg, Deadline deadline) {
 void ExpressRound::begin(const RankMessage& msg) {
   Header& h = header(mine_);
   h = Header{0, -1, 0, 0};
-  std::memset(mine_.data() + kHeaderBytes, 0, kHeadBytes - kHeaderBytes);  // no stale bytes on the wire
+  std::memset(mine_.data() + kHeaderBytes, 0, head_bytes_ - kHeaderBytes);  // no stale bytes on the wire
   const int pos = msg.n_inlines == 0 ? only_bit(msg) : msg.inlines[0].pos;
   const bool go = ready(msg) && cache_.valid(pos) && decides(cache_.entry(pos));
   if (go && msg.n_inlines == 0) {
@@ -92,8 +97,8 @@ void ExpressRound::begin(const RankMessage& msg) {
       h.holds = 1u << transport_.rank();
     }
     if (at + rec.data.size() <= kInlineBytes && h.len <= kInlineBytes) {
-      if (h.len > kHeadBytes - kHeaderBytes)  // zero the tail too: a concatenation sends blocks it lacks yet
-        std::memset(mine_.data() + kHeadBytes, 0, h.len - (kHeadBytes - kHeaderBytes));
+      if (h.len > head_bytes_ - kHeaderBytes)  // zero the tail too: a concatenation sends blocks it lacks yet
+        std::memset(mine_.data() + head_bytes_, 0, h.len - (head_bytes_ - kHeaderBytes));
       std::memcpy(mine_.data() + kHeaderBytes + at, rec.data.data(), rec.data.size());
     } else {
       h = Header{0, -1, 0, 0};  // cannot happen (inline_eligible); every rank would then just miss
@@ -132,12 +137,12 @@ void ExpressRound::post_step() {
   const RdStep& st = schedule_.steps[at_];
   tails_posted_ = false;
   switch (st.kind) {
-    case RdStep::SEND: transport_.post_send(st.peer, mine_.data(), kHeadBytes); break;
-    case RdStep::RECV_RESULT: transport_.post_recv(st.peer, mine_.data(), kHeadBytes); break;
-    case RdStep::RECV_COMBINE: transport_.post_recv(st.peer, theirs_.data(), kHeadBytes); break;
+    case RdStep::SEND: transport_.post_send(st.peer, mine_.data(), head_bytes_); break;
+    case RdStep::RECV_RESULT: transport_.post_recv(st.peer, mine_.data(), head_bytes_); break;
+    case RdStep::RECV_COMBINE: transport_.post_recv(st.peer, theirs_.data(), head_bytes_); break;
     case RdStep::EXCHANGE:
-      transport_.post_recv(st.peer, theirs_.data(), kHeadBytes);
-      transport_.post_send(st.peer, mine_.data(), kHeadBytes);
+      transport_.post_recv(st.peer, theirs_.data(), head_bytes_);
+      transport_.post_send(st.peer, mine_.data(), head_bytes_);
       break;
   }
 }
@@ -149,8 +154,8 @@ bool ExpressRound::post_tails() {
   bool any = false;
   if (st.kind == RdStep::SEND || st.kind == RdStep::EXCHANGE) {
     const Header& h = header(mine_);
-    if (const size_t tail = tail_bytes(h.ready, h.len)) {
-      transport_.post_send(st.peer, mine_.data() + kHeadBytes, tail);
+    if (const size_t tail = tail_bytes(h.ready, h.len, head_bytes_)) {
+      transport_.post_send(st.peer, mine_.data() + head_bytes_, tail);
       any = true;
     }
   }
@@ -160,8 +165,8 @@ bool ExpressRound::post_tails() {
     if (h.ready && h.len > kInlineBytes)
       throw_peer_error(ErrorKind::INTERNAL, st.peer, "rank ", st.peer, " announced ", h.len,
                        " inline bytes, more than an express packet holds (", kInlineBytes, ")");
-    if (const size_t tail = tail_bytes(h.ready, h.len)) {
-      transport_.post_recv(st.peer, into.data() + kHeadBytes, tail);
+    if (const size_t tail = tail_bytes(h.ready, h.len, head_bytes_)) {
+      transport_.post_recv(st.peer, into.data() + head_bytes_, tail);
       any = true;
     }
   }

@@ -7,10 +7,13 @@
 // (engine/inline_reduce.h): no flags other than kRankWaiting (no shutdown, no join), no new descriptors,
 // no expiries, exactly one bit, and a request the round decides() (below).
 // Its *packet* is a header (ready, pos, length) followed by those bytes (none for a request without). Each step moves the packet's
-// *head*, always kHeadBytes long so that every rank can post its receives before knowing what its peer
+// *head*, of a length every rank agrees on so that it can post its receives before knowing what its peer
 // has; then, when a header says ready with more bytes than the head holds, a *tail* with the rest: its
-// sender knows to send it from its own header, its receiver to receive it from the head it got. A 4-byte
-// loss thus moves no more than a fixed 272-byte packet did, and up to kInlineBytes still take one round.
+// sender knows to send it from its own header, its receiver to receive it from the head it got. The head
+// holds the bytes of the request that turned express mode on (at least 256, at most kInlineBytes;
+// set_head_payload), which every rank reads from the same star response: a loop of that request moves one
+// message per step, where a tail cost a second one (a 4 KiB broadcast at 4 ranks on 2 cores: 6 us more a
+// call), and a 4-byte loss still moves a 272-byte head. Up to kInlineBytes take one round either way.
 //
 // Why. The star round (control_round.h) costs a message to rank 0 and one back, then the data; even with
 // the inline path (the bytes ride in the star round) it is two serial hops through rank 0, which does
@@ -51,7 +54,7 @@ namespace phv {
 class ExpressRound {
  public:
   static constexpr size_t kHeaderBytes = 16;
-  static constexpr size_t kHeadBytes = kHeaderBytes + 256;  // header and the first payload bytes
+  static constexpr size_t kHeadBytes = kHeaderBytes + 256;  // the shortest head: header and 256 payload bytes
   static constexpr size_t kPacketBytes = kHeaderBytes + kInlineBytes;
 
   // cache: the engine's agreed response cache (outlives the round).
@@ -63,6 +66,10 @@ class ExpressRound {
   // a hit needs), on the host, not part of a group (a group runs only whole). Rank 0 turns express mode on
   // only for these (control_round.cc).
   static bool decides(const CacheEntry& e);
+
+  // The head's payload from now on: `bytes`, within [kHeadBytes - kHeaderBytes, kInlineBytes]. Every rank
+  // must set the same value between rounds (ControlRound: from the star response that turns express on).
+  void set_head_payload(size_t bytes);
 
   // Runs the exchange; returns hit(). Throws the transport's HvdError (with the step and peer added).
   bool run(const RankMessage& msg, Deadline deadline);
@@ -91,6 +98,7 @@ class ExpressRound {
   RdSchedule schedule_;
   int at_ = 0;  // the schedule step in flight
   bool tails_posted_ = false;  // the step in flight is past its heads
+  size_t head_bytes_ = kHeadBytes;
   bool done_ = true;
   bool hit_ = false;
   std::vector<uint8_t> mine_;  // my packet, combined in place

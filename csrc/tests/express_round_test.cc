@@ -41,6 +41,10 @@ class World {
     }
   }
   int size() const { return p_; }
+  // Every rank's heads hold `bytes` of payload from now on (ExpressRound::set_head_payload).
+  void set_head_payload(size_t bytes) {
+    for (auto& r : rounds_) r->set_head_payload(bytes);
+  }
   // Every rank caches d (same position everywhere, as after an agreed FULL response).
   int cache_everywhere(const Desc& d, const std::vector<int64_t>& dim0s = {}) {
     int pos = -1;
@@ -97,10 +101,12 @@ class World {
 
 // Every rank ready for the same request: a hit with the exact reduction on every rank.
 // n elements: a few (the head alone), or more than the head holds (a tail follows), up to kInlineBytes.
+// head: the heads' payload (0: the shortest, 256 bytes).
 template <typename T>
-void test_hit(int p, DataType dt, ReduceOp op, const std::string& what_op, size_t n) {
+void test_hit(int p, DataType dt, ReduceOp op, const std::string& what_op, size_t n, size_t head = 0) {
   World w(p);
-  const std::string what = what_op + " x" + std::to_string(n);
+  w.set_head_payload(head);
+  const std::string what = what_op + " x" + std::to_string(n) + " head " + std::to_string(head);
   Desc d = make_desc("loss", dt, op, static_cast<int64_t>(n));
   w.cache_everywhere(d);
   std::vector<std::vector<T>> in(static_cast<size_t>(p));
@@ -248,10 +254,12 @@ void test_alltoall(int p) {
 }
 
 // One rank differs in turn (not ready, another request, a join, a new descriptor): everyone misses. The
-// other request is larger than a head, so that rank alone sends a tail: the streams must stay in step,
-// which the hits at the end show.
-void test_misses(int p) {
+// other request is larger than the shortest head, so that rank alone sends a tail: the streams must stay
+// in step, which the hits at the end show. With heads that hold the larger request (head = its bytes) no
+// rank sends a tail, and a request larger still sends one.
+void test_misses(int p, size_t head = 0) {
   World w(p);
+  w.set_head_payload(head);
   Desc a = make_desc("a", DataType::FLOAT32, ReduceOp::SUM, 1);
   Desc b = make_desc("b", DataType::FLOAT32, ReduceOp::SUM, 600);
   w.cache_everywhere(a);
@@ -290,6 +298,14 @@ void test_misses(int p) {
   std::vector<float> sum(600, static_cast<float>(p));
   expect(w.result(p - 1).size() == sizeof(float) * 600 && std::memcmp(w.result(p - 1).data(), sum.data(), 2400) == 0,
          w.tag() + "the larger request: the exact sum");
+  Desc c = make_desc("c", DataType::FLOAT32, ReduceOp::SUM, kInlineBytes / 4);
+  w.cache_everywhere(c);
+  std::vector<float> more(kInlineBytes / 4, 2.0f);
+  for (int r = 0; r < p; ++r) w.report(r, c, more.data());
+  expect(w.run("the largest request") == "hit", w.tag() + "the largest request: a hit");
+  expect(w.result(0).size() == kInlineBytes &&
+             reinterpret_cast<const float*>(w.result(0).data())[kInlineBytes / 4 - 1] == 2.0f * static_cast<float>(p),
+         w.tag() + "the largest request: the exact sum");
 }
 
 // A cached request too large to ride inline: every rank sends its bit alone. A hit is one CACHED item (the
@@ -368,8 +384,11 @@ int main() {
       test_hit<double>(p, DataType::FLOAT64, ReduceOp::MAX, "float64 max", bytes / 8);
       test_hit<int32_t>(p, DataType::INT32, ReduceOp::MIN, "int32 min", bytes / 4);
       test_hit<int64_t>(p, DataType::INT64, ReduceOp::PRODUCT, "int64 product", bytes / 8);
+      test_hit<float>(p, DataType::FLOAT32, ReduceOp::SUM, "float32 sum", bytes / 4, bytes);  // no tail
+      test_hit<int32_t>(p, DataType::INT32, ReduceOp::MAX, "int32 max", bytes / 4, 800);  // a head longer than needed
     }
     test_misses(p);
+    test_misses(p, 2400);
     test_broadcast(p, 5);
     test_broadcast(p, static_cast<int>(kInlineBytes / 4));
     test_allgather(p, 2);

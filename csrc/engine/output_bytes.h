@@ -46,7 +46,7 @@ struct HugePageAllocator {
     }
     // Straight from the kernel, not from malloc: freed blocks of this size go back at once instead of
     // raising malloc's threshold for mapping and then lying free in its heap (a 4-rank soak of mixed
-    // sizes held 40 MiB there), and the over-mapped slack that gives the alignment is unmapped.
+    // sizes left up to 70 MiB free there), and the over-mapped slack that gives the alignment is unmapped.
     const size_t whole = round_up(bytes);
     void* mapped = mmap(nullptr, whole + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) throw std::bad_alloc();

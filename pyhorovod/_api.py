@@ -218,16 +218,20 @@ def submit(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], An
 
 
 def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output, reduce_op: int,
-             prescale: float, postscale: float, root: int, process_set: int, timeout: float):
+             prescale: float, postscale: float, root: int, process_set: int, timeout: float, splits=()):
     """The synchronous fast path for one host request (arguments checked already; name None: the
     reusable synchronous name): enqueue and wait in one engine call, so no handle, no Op record and no
     wake-up of the engine thread. input / output are the buffer objects themselves (kept alive by the
-    caller for the call). Errors are mapped as submit() + synchronize() map them."""
+    caller for the call); splits: an alltoall's, () for an even split. Errors are mapped as submit() +
+    synchronize() map them."""
     claimed = None
     if not name:
         name, claimed = _claim_sync_name(op_type, process_set)
     engine = basics.engine()
     try:
+        if splits:
+            return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
+                                   postscale, root, process_set, timeout, splits)
         return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
                                postscale, root, process_set, timeout)
     except _core.CoreError as e:
@@ -242,16 +246,18 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
 
 
 def submit_sync(ops: Sequence[Op], keepalive: Any, finalize: Callable[[List[Any]], Any]) -> Any:
-    """What synchronize(submit(ops, keepalive, finalize)) returns. A lone host request without splits
-    (the usual blocking call) takes run_sync: one engine call, no handle, and an unnamed one gets the
-    reusable synchronous name, so that from its second call on it is a cached response (one negotiation
-    exchange) instead of a fresh counter name (a full negotiation, and a wake-up of the engine thread)."""
+    """What synchronize(submit(ops, keepalive, finalize)) returns. A lone host request (the usual
+    blocking call, an alltoall with splits too) takes run_sync: one engine call, no handle, and an
+    unnamed one gets the reusable synchronous name, so that from its second call on it is a cached
+    response (one negotiation exchange) instead of a fresh counter name (a full negotiation, and a
+    wake-up of the engine thread)."""
     op = ops[0] if len(ops) == 1 else None
-    if (op is None or op.splits or op.device >= 0 or op.group or op.sumsq_in or op.fill_from
+    if (op is None or op.device >= 0 or op.group or op.sumsq_in or op.fill_from
             or op.op_type not in _SYNC_TYPES):
         return synchronize(submit(ops, keepalive, finalize))
     result = run_sync(op.op_type, op.name, op.dtype, op.shape, op.input_ptr, op.output_ptr or None, op.reduce_op,
-                      float(op.prescale), float(op.postscale), op.root, op.process_set, float(op.timeout))
+                      float(op.prescale), float(op.postscale), op.root, op.process_set, float(op.timeout),
+                      op.splits)
     return finalize([result])
 
 

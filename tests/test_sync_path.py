@@ -82,9 +82,14 @@ def every_blocking_call(timeline):
     # uneven allgather under the reusable name: each rank its own first dimension
     got = hvd.allgather(np.full(r + 1, r, np.int32))
     assert got.tolist() == [q for q in range(n) for _ in range(q + 1)]
-    # alltoall with splits takes the handle path (the received splits come back with the result)
+    # alltoall with splits, even then uneven (rank q sends j + 1 rows to rank j), under the reusable name
+    # too; the received splits come back with the result
     out, received = hvd.alltoall(np.arange(n, dtype=np.int32) + 10 * r, splits=[1] * n)
     assert out.tolist() == [10 * q + r for q in range(n)] and received.tolist() == [1] * n
+    x = np.concatenate([np.full(j + 1, 100 * r + j, np.int32) for j in range(n)])
+    out, received = hvd.alltoall(x, splits=[j + 1 for j in range(n)])
+    assert out.tolist() == [100 * q + r for q in range(n) for _ in range(r + 1)], out
+    assert received.tolist() == [r + 1] * n
     if r == 0:
         hvd.stop_timeline()
     hvd.barrier()
@@ -103,4 +108,4 @@ def test_blocking_calls_take_the_sync_path_with_exact_values(size):
         assert f"{op}.noname.sync" in text, f"{op}: the unnamed blocking call did not take the synchronous path"
         assert f"sync.{op}" in text
     assert "allgather.noname.1" in text            # the asynchronous unnamed calls keep numbered names
-    assert "alltoall.noname.1" in text             # alltoall with splits
+    assert "alltoall.noname.1" not in text         # alltoall with splits took the synchronous path

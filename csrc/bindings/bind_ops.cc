@@ -157,7 +157,7 @@ void register_ops(py::module_& m) {
           "run_sync",
           [](Engine& e, int op_type, std::string name, int dtype, std::vector<int64_t> shape, py::handle input,
              py::handle output, int reduce_op, double prescale, double postscale, int root, int process_set,
-             double timeout_s) {
+             double timeout_s, std::vector<int64_t> splits) {
             Request r;
             r.type = static_cast<OpType>(op_type);
             r.name = std::move(name);
@@ -170,6 +170,7 @@ void register_ops(py::module_& m) {
             r.postscale = postscale;
             r.root = root;
             r.process_set = process_set;
+            r.splits = std::move(splits);
             // An allreduce or broadcast into a given output has nothing else to say (its shape is the
             // input's): returning None saves building a Result object on the latency path.
             const bool in_output = (r.type == OpType::ALLREDUCE || r.type == OpType::BROADCAST) && r.output != nullptr;
@@ -179,7 +180,7 @@ void register_ops(py::module_& m) {
           },
           py::arg("op_type"), py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("input"), py::arg("output"),
           py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("process_set"),
-          py::arg("timeout_s"))
+          py::arg("timeout_s"), py::arg("splits") = std::vector<int64_t>())
       .def(
           "add_process_set",
           [](Engine& e, const std::vector<int>& ranks) {

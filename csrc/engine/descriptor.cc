@@ -69,6 +69,7 @@ void encode_desc(WireWriter& w, const Desc& d) {
   w.put_string(d.name);
   w.put_string(d.group_key);
   w.put<int32_t>(d.group_size);
+  w.put<uint8_t>(d.uneven_splits ? 1 : 0);
 }
 
 void decode_desc(WireReader& r, Desc& d) {
@@ -88,6 +89,7 @@ void decode_desc(WireReader& r, Desc& d) {
   r.get_string(d.name);
   r.get_string(d.group_key);
   d.group_size = r.get<int32_t>();
+  d.uneven_splits = r.get<uint8_t>() != 0;
   if (is_set_change(d.kind)) {
     set_set_change_args(d, d.shape);
     d.shape.clear();
@@ -173,6 +175,9 @@ bool same_request(const Desc& agreed, const Desc& mine) {
     return false;
   }
   if (agreed.kind == kDescBroadcast && agreed.root != mine.root) return false;
+  // Agreed even splits would make the executor skip the exchange this rank's uneven ones need. The other
+  // way round is safe: the exchange then runs for splits that happen to be even.
+  if (mine.uneven_splits && !agreed.uneven_splits) return false;
   return shapes_agree(agreed, mine);
 }
 

@@ -58,6 +58,10 @@ struct Desc {
   int32_t group_size = 0;
   std::vector<int> set_ranks;  // kDescAddProcessSet: the new set's global ranks, ascending
   int removed_set = 0;         // kDescRemoveProcessSet: the id of the set to remove
+  // Alltoall. In a rank's own descriptor: its splits are not dim 0 / n rows to each of the n ranks. In the
+  // agreed one: some member's are not. When no member's are, every rank knows what it receives from the
+  // agreed dim 0s alone, and the exchange of split counts before the data is skipped (engine/executor.h).
+  bool uneven_splits = false;
 
   Key key() const { return Key{set, name}; }
   int64_t count() const;           // elements (product of shape; 1 for a scalar)

@@ -90,16 +90,22 @@ std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0) 
 }
 
 AlltoallPlan plan_alltoall(CollectiveBackend& host, const Comm& comm, const Request& req, size_t row_bytes,
-                           Deadline deadline) {
+                           const std::vector<int64_t>* even_dim0s, Deadline deadline) {
   size_t n = static_cast<size_t>(comm.size());
   std::vector<int64_t> send_splits(req.splits.begin(), req.splits.end());
   if (send_splits.empty()) send_splits.assign(n, req.shape[0] / static_cast<int64_t>(n));
   AlltoallPlan plan;
   plan.recv_splits.assign(n, 0);
-  std::vector<size_t> eight(n, sizeof(int64_t));
-  CallContext ctx;
-  ctx.deadline = deadline;
-  host.alltoallv(comm, send_splits.data(), eight, plan.recv_splits.data(), eight, ctx);
+  if (even_dim0s != nullptr) {
+    PHV_ENFORCE(even_dim0s->size() == n, "alltoall: ", even_dim0s->size(), " agreed first dimensions for ", n,
+                " ranks");
+    for (size_t r = 0; r < n; ++r) plan.recv_splits[r] = (*even_dim0s)[r] / static_cast<int64_t>(n);
+  } else {
+    std::vector<size_t> eight(n, sizeof(int64_t));
+    CallContext ctx;
+    ctx.deadline = deadline;
+    host.alltoallv(comm, send_splits.data(), eight, plan.recv_splits.data(), eight, ctx);
+  }
   plan.send_bytes.resize(n);
   plan.recv_bytes.resize(n);
   for (size_t r = 0; r < n; ++r) {
@@ -201,7 +207,9 @@ void Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   int64_t row_elems = 1;
   for (size_t i = 1; i < req.shape.size(); ++i) row_elems *= req.shape[i];
   size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(req.dtype);
-  AlltoallPlan plan = plan_alltoall(host_, comm, req, row_bytes, ctx.deadline);
+  const bool even = !e.agreed->uneven_splits && e.dim0s != nullptr && !e.dim0s->empty();
+  const std::vector<int64_t>* even_dim0s = even ? e.dim0s : nullptr;
+  AlltoallPlan plan = plan_alltoall(host_, comm, req, row_bytes, even_dim0s, ctx.deadline);
   UnitOutput out(gpu, static_cast<size_t>(plan.rows) * row_bytes, req.input, req.dtype);
   backend.alltoallv(comm, req.input, plan.send_bytes, out.data(), plan.recv_bytes, ctx);
   Result& res = e.op->result;

@@ -39,15 +39,17 @@ ReduceOp effective_op(ReduceOp op);                 // AVERAGE -> SUM: the 1/siz
 double effective_postscale(const Desc& d, int size);  // d.postscale, divided by size for AVERAGE
 std::vector<int64_t> with_dim0(const std::vector<int64_t>& shape, int64_t dim0);
 
-// An alltoall's transfer: every rank first learns how many rows each peer sends it (one int64 per pair,
-// through `host`), then bytes per peer follow from the rows of row_bytes each.
+// An alltoall's transfer: every rank first learns how many rows each peer sends it, then bytes per peer
+// follow from the rows of row_bytes each. When the negotiation agreed that every member splits evenly
+// (even_dim0s: the members' dim 0s, in set order), member r sends dim0s[r] / n rows to each rank and
+// nothing is exchanged; otherwise the ranks exchange one int64 per pair through `host` first.
 struct AlltoallPlan {
   std::vector<size_t> send_bytes, recv_bytes;
   std::vector<int64_t> recv_splits;
   int64_t rows = 0;  // rows received in all
 };
 AlltoallPlan plan_alltoall(CollectiveBackend& host, const Comm& comm, const Request& req, size_t row_bytes,
-                           Deadline deadline);
+                           const std::vector<int64_t>* even_dim0s, Deadline deadline);
 
 class Executor {
  public:

@@ -245,6 +245,9 @@ void Coordinator::verdict(const Key& key, TableEntry& e, const std::vector<int>&
   if (dim0_may_differ(a.kind)) {
     for (int m : members) item.dim0s.push_back(e.descs[static_cast<size_t>(m)].shape[0]);
   }
+  for (int m : members) {
+    if (e.have[static_cast<size_t>(m)] && e.descs[static_cast<size_t>(m)].uneven_splits) item.desc.uneven_splits = true;
+  }
 }
 
 std::string Coordinator::refusal(const Desc& d, const Key& key, const std::vector<int>& joined, ErrorKind& kind) const {

@@ -95,6 +95,7 @@ Desc validate_request(const Request& req, int set_size) {
         }
         PHV_CHECK_ARG(sum == req.shape[0], WHAT, ": splits add up to ", sum, " but the first dimension is ",
                       req.shape[0]);
+        for (int64_t s : req.splits) d.uneven_splits = d.uneven_splits || s * set_size != req.shape[0];
       }
       break;
     }

@@ -109,6 +109,20 @@ void corrupt_kinds_are_internal_errors() {
                [&] { decode_desc(r, out); });
 }
 
+void uneven_splits_travel_and_do_not_need_to_agree() {
+  Desc a;
+  a.kind = kDescAlltoall;
+  a.shape = {6, 2};
+  a.name = "t";
+  Desc b = a;
+  b.uneven_splits = true;
+  std::vector<uint8_t> bytes;
+  expect(round_trip(b, bytes).uneven_splits && !round_trip(a, bytes).uneven_splits,
+         "alltoall: the uneven-splits flag survives the wire");
+  expect(compare_descs(a, 0, b, 1).empty(), "alltoall: members may split differently");
+  expect(!same_request(a, b) && same_request(b, a), "alltoall: uneven splits are not the request agreed as even");
+}
+
 }  // namespace
 
 int main() {
@@ -116,5 +130,6 @@ int main() {
   set_changes_compare_by_their_arguments();
   a_failed_check_names_its_place();
   corrupt_kinds_are_internal_errors();
+  uneven_splits_travel_and_do_not_need_to_agree();
   return phv::testing::finish("descriptor_test");
 }

@@ -157,8 +157,10 @@ void test_units(int p, int device) {
     }
     at_op->req.shape = {static_cast<int64_t>(send.size())};
     at_op->desc.shape = at_op->req.shape;
+    at_op->desc.uneven_splits = p > 1;
     at_op->req.input = send.data();
-    executor.run(comm, {entry(*at_op)}, deadline);
+    std::vector<int64_t> at_dim0s(static_cast<size_t>(p), p * (p + 1) / 2);
+    executor.run(comm, {entry(*at_op, &at_dim0s)}, deadline);
     ++expected_calls;
     const Result& tr = at_op->result;
     CHECK(tr.received_splits == std::vector<int64_t>(static_cast<size_t>(p), me + 1), "%s alltoall splits", w);
@@ -166,6 +168,28 @@ void test_units(int p, int device) {
     const double* t = output_of(tr);
     for (int s = 0; s < p && t != nullptr; ++s) {
       for (int k = 0; k <= me; ++k) CHECK(t[s * (me + 1) + k] == 10.0 * s + me, "%s p=%d alltoall from %d", w, p, s);
+    }
+
+    // alltoall with even splits agreed: rank s has p (s + 1) rows (value 10 s + d to rank d), no splits
+    // given; what each rank receives follows from the agreed dim 0s, with no exchange of counts.
+    std::vector<double> even_send;
+    for (int d = 0; d < p; ++d) even_send.insert(even_send.end(), static_cast<size_t>(me + 1), 10.0 * me + d);
+    auto even_op = make_op(OpType::ALLTOALL, "te", {static_cast<int64_t>(even_send.size())}, device);
+    even_op->req.input = even_send.data();
+    std::vector<int64_t> even_dim0s;
+    for (int s = 0; s < p; ++s) even_dim0s.push_back(static_cast<int64_t>(p) * (s + 1));
+    executor.run(comm, {entry(*even_op, &even_dim0s)}, deadline);
+    ++expected_calls;
+    const Result& te = even_op->result;
+    std::vector<int64_t> want_splits;
+    for (int s = 0; s < p; ++s) want_splits.push_back(s + 1);
+    CHECK(te.received_splits == want_splits, "%s p=%d even alltoall splits", w, p);
+    CHECK(te.output_shape == std::vector<int64_t>{static_cast<int64_t>(p) * (p + 1) / 2}, "%s even alltoall shape", w);
+    const double* te_out = output_of(te);
+    for (int s = 0, at_row = 0; s < p && te_out != nullptr; ++s) {
+      for (int k = 0; k <= s; ++k, ++at_row) {
+        CHECK(te_out[at_row] == 10.0 * s + me, "%s p=%d even alltoall from %d", w, p, s);
+      }
     }
 
     // reducescatter of p + 1 rows of 2: rank 0 gets two rows when p > 1; SUM with postscale 1/2.
@@ -190,7 +214,7 @@ void test_units(int p, int device) {
     auto bar = make_op(OpType::BARRIER, "bar", {}, device);
     executor.run(comm, {entry(*bar)}, deadline);
     CHECK(gpu.calls == (device >= 0 ? expected_calls : 0), "%s p=%d gpu calls: %d", w, p, gpu.calls);
-    CHECK(gpu.allocations == (device >= 0 ? 2 : 0), "%s p=%d gpu allocations: %d", w, p, gpu.allocations);
+    CHECK(gpu.allocations == (device >= 0 ? 3 : 0), "%s p=%d gpu allocations: %d", w, p, gpu.allocations);
   });
 }
 

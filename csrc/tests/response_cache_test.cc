@@ -49,6 +49,15 @@ void test_positions_and_hits() {
   Desc mine_t = scatter;
   mine_t.shape = {5, 2};
   expect(cache.hit(t, mine_t, 1) && !cache.hit(t, mine_t, 0), "alltoall hits only with this member's own dim 0");
+  // Agreed even splits skip the exchange of split counts: uneven splits of mine must miss them. Agreed
+  // uneven ones exchange, which is right for even splits too.
+  mine_t.uneven_splits = true;
+  expect(!cache.hit(t, mine_t, 1), "uneven splits miss an entry agreed with even splits");
+  scatter.uneven_splits = true;
+  int tu = cache.put(scatter, {3, 5});
+  expect(tu == t && cache.hit(t, mine_t, 1), "uneven splits hit an entry agreed with uneven splits");
+  mine_t.uneven_splits = false;
+  expect(cache.hit(t, mine_t, 1), "even splits hit an entry agreed with uneven splits");
 }
 
 void test_eviction() {

@@ -1,0 +1,40 @@
+"""2-rank allgather through the ring (single copies off) and through single copies (from 16 KiB blocks up),
+at 64 KiB, 256 KiB and 1 MiB, in one set of processes: what the ring gains in the fast state.
+
+    for i in $(seq 1 16); do mpirun -np 2 python3 ring_vs_single.py $((39000 + i)); done
+"""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from ring_loop import communicator, per_call_us
+from pyhorovod import _core
+
+
+def main():
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    port, secret = int(sys.argv[1]), b"x" * 16
+    server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
+    world.Barrier()
+    cands = {"ring": communicator(world, port, secret, "a", 1 << 40),
+             "single": communicator(world, port, secret, "b", 16 << 10)}
+    line = []
+    for nbytes in (64 << 10, 256 << 10, 1 << 20):
+        send, recv = np.ones(nbytes // size, np.uint8), np.empty(nbytes, np.uint8)
+        for name, c in cands.items():
+            def gather():
+                c.allgatherv(send, recv, [send.nbytes] * size, 60.0)
+            gather()
+            line.append(f"{nbytes >> 10}K {name} {per_call_us(world, gather, max(100, (200 << 20) // nbytes)):.1f}")
+    if rank == 0:
+        print(" | ".join(line), flush=True)
+    for c in cands.values():
+        c.close()
+    world.Barrier()
+    del server
+
+
+if __name__ == "__main__":
+    main()

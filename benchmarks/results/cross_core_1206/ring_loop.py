@@ -36,12 +36,18 @@ def per_call_us(world, fn, iters):
     return world.allreduce((time.perf_counter() - t0) / iters * 1e6, op=MPI.MAX)
 
 
-def main():
+def start():
+    """(world, rank, size, port, secret, store server or None): the store on the port of argv[1], rank 0's."""
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     port, secret = int(sys.argv[1]), b"x" * 16
     server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
     world.Barrier()
+    return world, rank, size, port, secret, server
+
+
+def main():
+    world, rank, size, port, secret, server = start()
     ring = communicator(world, port, secret, "r", 1 << 40)
     send = np.ones((256 << 10) // 4 // size, np.float32) * rank
     recv = np.empty((256 << 10) // 4, np.float32)

@@ -12,20 +12,14 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
-from ring_loop import communicator, per_call_us
-from pyhorovod import _core
+from ring_loop import communicator, per_call_us, start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
-    port, secret = int(sys.argv[1]), b"x" * 16
-    server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
-    world.Barrier()
+    world, rank, size, port, secret, server = start()
     ring = communicator(world, port, secret, "a", 1 << 40)
     single = communicator(world, port, secret, "b", 16 << 10)
     cands = [ring, single]

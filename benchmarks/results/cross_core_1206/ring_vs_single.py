@@ -3,21 +3,14 @@ at 64 KiB, 256 KiB and 1 MiB, in one set of processes: what the ring gains in th
 
     for i in $(seq 1 16); do mpirun -np 2 python3 ring_vs_single.py $((39000 + i)); done
 """
-import sys
 
 import numpy as np
-from mpi4py import MPI
 
-from ring_loop import communicator, per_call_us
-from pyhorovod import _core
+from ring_loop import communicator, per_call_us, start
 
 
 def main():
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
-    port, secret = int(sys.argv[1]), b"x" * 16
-    server = _core.TcpStoreServer("127.0.0.1", port, secret) if rank == 0 else None
-    world.Barrier()
+    world, rank, size, port, secret, server = start()
     cands = {"ring": communicator(world, port, secret, "a", 1 << 40),
              "single": communicator(world, port, secret, "b", 16 << 10)}
     line = []

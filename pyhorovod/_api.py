@@ -224,16 +224,28 @@ def run_sync(op_type: int, name: Optional[str], dtype: int, shape, input, output
     wake-up of the engine thread. input / output are the buffer objects themselves (kept alive by the
     caller for the call); splits: an alltoall's, () for an even split. Errors are mapped as submit() +
     synchronize() map them."""
+    rest = (dtype, shape, input, output, reduce_op, prescale, postscale, root, process_set, timeout)
+    if splits:
+        rest += (splits,)
+    return _engine_call(op_type, name, process_set, lambda engine, nm: engine.run_sync(op_type, nm, *rest))
+
+
+def run_alltoall_sync(name: Optional[str], dtype: int, array, splits, process_set: int, timeout: float):
+    """run_sync for a blocking alltoall with splits of a C-contiguous numpy array: (output, received
+    splits as an int32 array), both made by the engine's binding (Engine.alltoall_sync)."""
+    return _engine_call(_core.ALLTOALL, name, process_set,
+                        lambda engine, nm: engine.alltoall_sync(nm, dtype, array, splits, process_set, timeout))
+
+
+def _engine_call(op_type: int, name: Optional[str], process_set: int, call: Callable[[Any, str], Any]):
+    """call(engine, name): one synchronous engine call, under the reusable synchronous name (claimed for
+    the call) when name is empty; errors mapped as synchronize() maps them."""
     claimed = None
     if not name:
         name, claimed = _claim_sync_name(op_type, process_set)
     engine = basics.engine()
     try:
-        if splits:
-            return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
-                                   postscale, root, process_set, timeout, splits)
-        return engine.run_sync(op_type, name, dtype, shape, input, output, reduce_op, prescale,
-                               postscale, root, process_set, timeout)
+        return call(engine, name)
     except _core.CoreError as e:
         raise translate(e) from e
     except BaseException:

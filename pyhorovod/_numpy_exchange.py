@@ -205,7 +205,9 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     {errors}
     """
     key = None
-    if splits is None and _preparable(tensor, process_set, dtype, timeout):
+    if _preparable(tensor, process_set, dtype, timeout):
+        if splits is not None:
+            return _alltoall_with_splits(tensor, splits, name)
         result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor)
         if result is not None:
             return result
@@ -213,6 +215,16 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     if key is not None and process_set.process_set_id == 0:
         _sync_calls.prepare(key, _core.ALLTOALL, dtype_code(tensor, None, "alltoall"), tensor, name)
     return result
+
+
+def _alltoall_with_splits(arr: np.ndarray, splits, name):
+    """A blocking alltoall with splits of a numpy array in the global set, default dtype and timeout: the
+    same checks as _alltoall's, then the engine's binding builds the output and the received splits."""
+    arr = _as_array(arr, "alltoall", writable=False)
+    at_least_1d(arr.shape, "alltoall")
+    code = dtype_code(arr, None, "alltoall")
+    values = check_splits(splits, arr.shape[0], len(global_process_set.ranks))
+    return _api.run_alltoall_sync(name or "", code, arr, values, 0, 0.0)
 
 
 def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = Average,

@@ -51,6 +51,14 @@ def body_splits_change_while_cached():
             want = np.concatenate([block(s, r, theirs[s], width) for s in range(n)])
             assert out.shape == want.shape and np.array_equal(out, want), (call, name, out.shape, want.shape)
             assert received is None or received == theirs, (call, name, received, theirs)
+    # nothing for rank 0: its output is empty and keeps the row shape; unnamed, so under the reusable name
+    x = np.concatenate([block(r, j, 0 if j == 0 else 2, 3) for j in range(n)])
+    out, received = hvd.alltoall(x, splits=[0] + [2] * (n - 1))
+    if r == 0:
+        assert out.shape == (0, 3) and out.dtype == np.int64 and received.tolist() == [0] * n, (out, received)
+    else:
+        assert np.array_equal(out, np.concatenate([block(s, r, 2, 3) for s in range(n)])), out
+        assert received.dtype == np.int32 and received.tolist() == [2] * n, received
     hvd.shutdown()
 
 

@@ -10,11 +10,12 @@ What takes this way and why:
 - no gradient: a tensor that requires one goes through autograd (pyhorovod/torch/autograd.py);
 - the global set, no compression, average= unused, float scale factors (the numpy key's rules).
 The cost this saves is the torch layer's own (autograd's Function, argument checks): a 4 B allreduce's
-time falls to about the numpy API's.
+time falls to about the numpy API's. A blocking alltoall with splits (a list or tuple) on such a tensor takes
+the numpy API's own way for it (Engine.alltoall_sync), which has no prepared call.
 """
 import torch
 
-from pyhorovod import _core, _sync_calls, basics
+from pyhorovod import _core, _numpy_exchange, _sync_calls, basics
 from pyhorovod._buffers import dtype_code
 
 # torch dtypes whose tensors have a numpy view (bfloat16 has none: it keeps its full path)
@@ -110,3 +111,15 @@ def file(key, tensor, **request) -> None:
     arr = None if key is None else _view(tensor)
     if arr is not None:
         _sync_calls.prepare(key, key[0], dtype_code(arr, None, "prepared call"), arr, key[1], **request)
+
+
+def alltoall_with_splits(tensor, splits, name):
+    """(output, received splits) as tensors of a blocking alltoall in the global set with list or tuple
+    splits, through the tensor's numpy view; None when it has none (the caller then takes its full path)."""
+    if type(splits) not in (list, tuple):
+        return None
+    arr = _view(tensor)
+    if arr is None:
+        return None
+    out, received = _numpy_exchange._alltoall_with_splits(arr, splits, name)
+    return torch.from_numpy(out), torch.from_numpy(received)

@@ -288,6 +288,10 @@ def alltoall(tensor: torch.Tensor, splits: Union[None, Sequence[int], torch.Tens
         out = _prepared.run(key, tensor)
         if out is not None:
             return out
+    elif process_set is global_process_set:
+        both = _prepared.alltoall_with_splits(tensor, splits, name)
+        if both is not None:
+            return both
     out, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     _prepared.file(key, tensor)
     return out if splits is None else (out, received)

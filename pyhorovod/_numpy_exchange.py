@@ -223,7 +223,7 @@ def _alltoall_with_splits(arr: np.ndarray, splits, name):
     arr = _as_array(arr, "alltoall", writable=False)
     at_least_1d(arr.shape, "alltoall")
     code = dtype_code(arr, None, "alltoall")
-    values = check_splits(splits, arr.shape[0], len(global_process_set.ranks))
+    values = check_splits(splits, arr.shape[0], len(process_sets.resolve(global_process_set).ranks))
     return _api.run_alltoall_sync(name or "", code, arr, values, 0, 0.0)
 
 

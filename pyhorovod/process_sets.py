@@ -157,7 +157,9 @@ def remove_process_set(process_set: ProcessSet) -> bool:
 
 
 def resolve(process_set) -> ProcessSet:
-    """The registered set an op runs on; ValueError unless this rank is a member."""
+    """The registered set an op runs on; ValueError unless pyhorovod is initialized (so that no check of an
+    argument against the set's ranks speaks before that does) and this rank is a member."""
+    basics.engine()
     if process_set is None:
         process_set = global_process_set
     if not isinstance(process_set, ProcessSet):

@@ -242,3 +242,32 @@ def body_torch():
 
 def test_torch_tensors_bad_input_and_non_contiguous():
     run_ranks(body_torch, 2, timeout=90)
+
+
+def test_every_collective_before_init_says_so():
+    # In a fresh interpreter: before init() the set's ranks are unknown, and no check against them (a root,
+    # a split count, divisibility) may answer in place of "not initialized".
+    import subprocess
+    import sys
+    code = """
+import numpy as np, pyhorovod as hvd
+calls = {
+    "allreduce": lambda: hvd.allreduce(np.ones(4)),
+    "allgather": lambda: hvd.allgather(np.ones(4)),
+    "broadcast": lambda: hvd.broadcast(np.ones(4), 0),
+    "alltoall": lambda: hvd.alltoall(np.ones(4)),
+    "alltoall with splits": lambda: hvd.alltoall(np.ones(4), splits=[4]),
+    "reducescatter": lambda: hvd.reducescatter(np.ones(4)),
+    "allreduce_async": lambda: hvd.allreduce_async(np.ones(4)),
+}
+for what, call in calls.items():
+    try:
+        call()
+    except ValueError as e:
+        assert "is not initialized" in str(e), (what, e)
+    else:
+        raise AssertionError(what + " ran before init()")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

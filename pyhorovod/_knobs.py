@@ -157,6 +157,13 @@ KNOBS: Tuple[Knob, ...] = (
          "every pair of ranks can (probed at start; refused by ptrace restrictions, seccomp, pid namespaces)",
          minimum=0, field="shm_direct_bytes", option="connect.shm_direct_bytes", newer_core=True,
          shown="1048576 (262144 for all but broadcast where a host has more ranks than CPUs)"),
+    Knob("PYHOROVOD_SHM_DIRECT_ADAPT", "choice", "auto", "shared memory: `auto` times the allgather, alltoall "
+         "and reducescatter calls whose pieces lie between 64 KiB and PYHOROVOD_SHM_DIRECT_BYTES in both copy "
+         "paths and votes each rank's faster one; while at least half the ranks vote for single copies, those "
+         "pieces go as single copies too (the ring slows 4x where the host's cores hand cache lines to each "
+         "other slowly, single copies do not); `off`: this rank never votes; `wide` / `narrow`: it votes so "
+         "once", choices={"auto": "auto", "off": "off", "wide": "wide", "narrow": "narrow"},
+         field="shm_direct_adapt", option="engine.copy_path_adapt", newer_core=True),
     Knob("PYHOROVOD_SHM_DIRECT_REFUSE", "bool", False, "test hook: the single-copy probe reports refused, so "
          "every rank keeps the two-copy path", field="shm_direct_refuse_probe",
          option="connect.shm_direct_refuse_probe", newer_core=True),

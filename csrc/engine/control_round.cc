@@ -69,18 +69,19 @@ bool ControlRound::step(Step how, Deadline deadline) {
     case Stage::REPLY_TAIL:
       decode_response_list(resp_buf_.data(), announced_length(resp_buf_.data()), resp_);
       resolve_items(resp_, cache_);
-      note_express_flag();
+      note_agreed_flags();
       stage_ = Stage::DONE;
       return true;
     case Stage::BROADCAST:
-      note_express_flag();
+      note_agreed_flags();
       stage_ = Stage::DONE;
       return true;
     default: return stage_ == Stage::DONE;
   }
 }
 
-void ControlRound::note_express_flag() {
+void ControlRound::note_agreed_flags() {
+  transport_.set_wide_direct((resp_.flags & kRespWideCopies) != 0);  // before any item of this list runs
   express_on_ = (resp_.flags & kRespExpress) != 0;
   // The flag comes with one INLINE or CACHED item (decide_and_broadcast): its bytes size the express heads.
   if (express_on_)
@@ -116,7 +117,7 @@ void ControlRound::decide_and_broadcast() {
   // Express mode: on after kExpressAfter steady rounds (so a one-off request never pays for a missed
   // express exchange), off after a miss until the rounds are steady again.
   if (last_express_ == Express::MISS) steady_ = 0;
-  const bool one_cached = resp_.n == 1 && resp_.flags == 0 &&
+  const bool one_cached = resp_.n == 1 && (resp_.flags & ~kRespWideCopies) == 0 &&
                           (resp_.items[0].type == ItemType::INLINE || resp_.items[0].type == ItemType::CACHED) &&
                           ExpressRound::decides(cache_.entry(resp_.items[0].pos));
   steady_ = one_cached ? steady_ + 1 : 0;

@@ -63,7 +63,7 @@ class ControlRound {
   };
 
   void drive(Deadline deadline);
-  void note_express_flag();  // every rank, once resp_ is final: the mode of the next rounds
+  void note_agreed_flags();  // every rank, once resp_ is final: the copy path, and the mode of the next rounds
   void gather_tails();
   void decide_and_broadcast();
   bool receive_reply_tail();

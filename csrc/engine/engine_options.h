@@ -32,6 +32,7 @@ struct EngineOptions {
   std::vector<std::vector<int>> process_sets;  // static process sets registered at init (ids 1, 2, ...)
   LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL
   std::string gpu_path = "auto";               // PYHOROVOD_GPU_PATH: auto, nccl or staged (gpu_path.h)
+  std::string copy_path_adapt = "auto";        // PYHOROVOD_SHM_DIRECT_ADAPT (engine/copy_path_vote.h)
   // Two-level collectives (algorithms/hierarchy.h): 1 on, 0 off, -1 chosen per size by the model.
   int hierarchical_allreduce = -1;             // HOROVOD_HIERARCHICAL_ALLREDUCE
   int hierarchical_allgather = -1;             // HOROVOD_HIERARCHICAL_ALLGATHER

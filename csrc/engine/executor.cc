@@ -151,16 +151,23 @@ void Executor::dispatch(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   std::string op_span = span_name("", d.kind);
   spans(timeline_, unit, op_span, Edge::BEGIN);
   const UnitEntry& e = unit.front();
+  const Transport& t = *comm.transport;
+  const bool timed = gpu == nullptr && comm.size() > 1 && t.direct_bytes_in(true) < t.direct_bytes_in(false);
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  size_t piece = 0;  // allgather, alltoall, reducescatter: the mean bytes a rank sends each other one
   switch (kind) {
-    case OpType::ALLGATHER: allgather(backend, gpu, comm, e, ctx); break;
+    case OpType::ALLGATHER: piece = allgather(backend, gpu, comm, e, ctx); break;
     case OpType::BROADCAST:
       backend.broadcast(comm, e.op->req.input, e.op->req.output, d.bytes(), d.root, ctx);
       e.op->result.output_shape = d.shape;
       break;
-    case OpType::ALLTOALL: alltoall(backend, gpu, comm, e, ctx); break;
-    case OpType::REDUCESCATTER: reducescatter(backend, comm, e, ctx); break;
+    case OpType::ALLTOALL: piece = alltoall(backend, gpu, comm, e, ctx); break;
+    case OpType::REDUCESCATTER: piece = reducescatter(backend, comm, e, ctx); break;
     case OpType::BARRIER: backend.barrier(comm, ctx); break;
     default: PHV_ENFORCE_FAIL("engine cannot run a ", kind_name(d.kind), " request");
+  }
+  if (timed && piece >= t.direct_bytes_in(true) && piece < t.direct_bytes_in(false)) {
+    copy_path_.record(t.wide_direct(), piece, std::chrono::duration<double>(Clock::now() - start).count());
   }
   spans(timeline_, unit, op_span, Edge::END);
 }
@@ -184,8 +191,8 @@ void Executor::allreduce(CollectiveBackend& backend, const Comm& comm, const std
   }
 }
 
-void Executor::allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
-                         const CallContext& ctx) {
+size_t Executor::allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
+                           const CallContext& ctx) {
   const Desc& d = *e.agreed;
   size_t row_bytes = static_cast<size_t>(d.row_elements()) * dtype_size(d.dtype);
   std::vector<size_t> bytes(static_cast<size_t>(comm.size()));
@@ -199,10 +206,11 @@ void Executor::allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm
   backend.allgatherv(comm, e.op->req.input, out.data(), bytes, ctx);
   out.hand_to(e.op->result, d.device);
   e.op->result.output_shape = with_dim0(d.shape, rows);
+  return static_cast<size_t>(rows) * row_bytes / static_cast<size_t>(comm.size());
 }
 
-void Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
-                        const CallContext& ctx) {
+size_t Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
+                          const CallContext& ctx) {
   const Request& req = e.op->req;
   int64_t row_elems = 1;
   for (size_t i = 1; i < req.shape.size(); ++i) row_elems *= req.shape[i];
@@ -216,9 +224,13 @@ void Executor::alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   out.hand_to(res, e.agreed->device);
   res.output_shape = with_dim0(req.shape, plan.rows);
   res.received_splits = std::move(plan.recv_splits);
+  size_t sent = 0;
+  for (size_t b : plan.send_bytes) sent += b;
+  return sent / static_cast<size_t>(comm.size());
 }
 
-void Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e, const CallContext& ctx) {
+size_t Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e,
+                               const CallContext& ctx) {
   const Desc& d = *e.agreed;
   int n = comm.size();
   int64_t dim0 = d.shape[0];
@@ -231,6 +243,7 @@ void Executor::reducescatter(CollectiveBackend& backend, const Comm& comm, const
                           effective_postscale(d, n), ctx);
   }
   e.op->result.output_shape = with_dim0(d.shape, reducescatter_rows(dim0, n, comm.rank()));
+  return d.bytes() / static_cast<size_t>(n);
 }
 
 }  // namespace phv

@@ -23,6 +23,7 @@
 #include "backends/collective_backend.h"
 #include "backends/gpu_backend.h"
 #include "backends/host_backend.h"
+#include "engine/copy_path_vote.h"
 #include "engine/op.h"
 #include "engine/process_set.h"
 #include "engine/timeline.h"
@@ -53,7 +54,8 @@ AlltoallPlan plan_alltoall(CollectiveBackend& host, const Comm& comm, const Requ
 
 class Executor {
  public:
-  Executor(const Tuning& tuning, Timeline& timeline) : host_(tuning), timeline_(timeline) {}
+  Executor(const Tuning& tuning, Timeline& timeline, CopyPathVote::Policy copy_path = CopyPathVote::Policy::AUTO)
+      : host_(tuning), timeline_(timeline), copy_path_(copy_path) {}
 
   // Throws HvdError from the backend (the caller adds the request context).
   void run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
@@ -64,6 +66,9 @@ class Executor {
   // From any thread: knobs the next unit uses (autotune). mode < -1 / segment_bytes < 0: unchanged.
   // Every rank must set the same values before it submits the requests they should apply to.
   void set_knobs(int allreduce_mode, int64_t segment_bytes) { host_.set_knobs(allreduce_mode, segment_bytes); }
+  // The engine thread's: the timings of the calls whose copy path the mode decides, and this rank's vote.
+  CopyPathVote& copy_path() { return copy_path_; }
+  const CopyPathVote& copy_path() const { return copy_path_; }
 
  private:
   // gpu: the unit's GpuBackend when its buffers are CUDA ones (outputs are allocated there), else null.
@@ -71,14 +76,16 @@ class Executor {
                 Deadline deadline);
   void allreduce(CollectiveBackend& backend, const Comm& comm, const std::vector<UnitEntry>& unit,
                  const CallContext& ctx);
-  void allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
-                 const CallContext& ctx);
-  void alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
-                const CallContext& ctx);
-  void reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e, const CallContext& ctx);
+  // These three return the mean bytes a rank sends each other one (the size the copy path depends on).
+  size_t allgather(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
+                   const CallContext& ctx);
+  size_t alltoall(CollectiveBackend& backend, GpuBackend* gpu, const Comm& comm, const UnitEntry& e,
+                  const CallContext& ctx);
+  size_t reducescatter(CollectiveBackend& backend, const Comm& comm, const UnitEntry& e, const CallContext& ctx);
 
   HostBackend host_;
   Timeline& timeline_;
+  CopyPathVote copy_path_;  // times the calls whose copy path the negotiation's mode decides
   std::vector<BufferEntry> entries_;  // reused by every allreduce unit: no allocation per cycle
   std::atomic<GpuBackend*> gpu_{nullptr};
 };

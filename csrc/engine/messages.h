@@ -30,12 +30,15 @@ constexpr size_t kSlotBytes = 512;
 constexpr uint32_t kRankShutdown = 1;  // this rank's user asked to shut down
 constexpr uint32_t kRankJoined = 2;    // this rank has a join() pending
 constexpr uint32_t kRankWaiting = 4;   // this rank has reported requests that have not run yet
+constexpr uint32_t kRankVoteWide = 8;     // this rank now prefers wide single copies (copy_path_vote.h)
+constexpr uint32_t kRankVoteNarrow = 16;  // ... now prefers the fixed threshold again
 
 // ResponseList flags.
 constexpr uint32_t kRespShutdown = 1;     // every rank stops after this round
 constexpr uint32_t kRespJoinDone = 2;     // every rank has joined; join_value is the last one
 constexpr uint32_t kRespAllWaiting = 4;   // nothing can progress until someone enqueues: sleep a cycle
 constexpr uint32_t kRespExpress = 8;      // the following rounds begin with the express round (express_round.h)
+constexpr uint32_t kRespWideCopies = 16;  // the copy-path mode is wide from this round on (copy_path_vote.h)
 
 struct Expiry {
   Key key;

@@ -26,7 +26,7 @@ Runner::Runner(int rank, int size, const Tuning& tuning, const EngineOptions& op
       timeline_(timeline),
       callers_(callers),
       abort_(abort),
-      executor_(tuning, timeline),
+      executor_(tuning, timeline, CopyPathVote::parse(options.copy_path_adapt)),
       gpu_(rank, size, options, executor_) {
   // The stall inspector's limits, applied to bytes in flight too (transfer_watch.h).
   double warn_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_check_s);
@@ -128,6 +128,12 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
     ++it;
   }
   if (waiting) msg_.flags |= kRankWaiting;
+  // A vote makes the express round miss, so the coordinator hears it in this round.
+  const CopyPathVote::Vote vote = executor_.copy_path().poll();
+  if (vote != CopyPathVote::Vote::NONE) {
+    msg_.flags |= vote == CopyPathVote::Vote::WIDE ? kRankVoteWide : kRankVoteNarrow;
+    log(LogLevel::DEBUG, "rank ", rank_, " votes for ", executor_.copy_path().reason());
+  }
   round_deadline = now + seconds_to_duration(options_.timeout_s);
   if (earliest != Deadline::max()) {
     Deadline soft = std::max(earliest, now) + seconds_to_duration(kRoundGraceS);
@@ -181,7 +187,10 @@ void Runner::log_stats() const {
   log(LogLevel::INFO, "engine stats: ", stats_.rounds, " rounds, ", stats_.cached, " cached responses, ", stats_.full,
       " full responses, ", stats_.errors, " errors, ", stats_.units, " units run, ", stats_.fused,
       " tensors in fused units, ", stats_.inlined, " reduced inline, ", stats_.express, " express rounds, ",
-      stats_.express_missed, " express misses");
+      stats_.express_missed, " express misses, ", executor_.copy_path().calls(true), " of ",
+      executor_.copy_path().calls(true) + executor_.copy_path().calls(false),
+      " calls below the single-copy threshold run as single copies, ", executor_.copy_path().votes(),
+      " copy-path votes");
 }
 
 }  // namespace phv

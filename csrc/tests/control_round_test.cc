@@ -80,6 +80,7 @@ class World {
     return first;
   }
   const ResponseList& last_list() const { return *last_; }
+  bool wide(int r) const { return transports_[static_cast<size_t>(r)]->wide_direct(); }
 
   void expect_round(const std::string& what, const std::string& want) {
     std::string got = round(what);
@@ -107,6 +108,7 @@ class World {
     if (list.flags & kRespAllWaiting) out += " [all waiting]";
     if (list.flags & kRespJoinDone) out += " [join done: " + std::to_string(list.join_value) + "]";
     if (list.flags & kRespShutdown) out += " [shutdown by " + std::to_string(list.shutdown_rank) + "]";
+    if (list.flags & kRespWideCopies) out += " [wide]";
     return out;
   }
 
@@ -195,6 +197,37 @@ void test_inline(int p) {
   expect(sum[0] == static_cast<float>(p * (p + 1) / 2) && sum[1] == 0.5f * static_cast<float>(p),
          "[p=" + std::to_string(p) + "] the coordinator reduced the bytes in the round",
          std::to_string(sum[0]) + ", " + std::to_string(sum[1]));
+}
+
+void test_copy_path_votes(int p) {
+  // The mode is wide while more than half the ranks' last votes were for it; a vote counts until the
+  // rank votes again, every rank's transport takes the mode, and it leaves express mode alone.
+  World w(p);
+  const std::string tag = "[p=" + std::to_string(p) + "] ";
+  Desc x = make_desc("x", OpType::ALLREDUCE, 1 << 20);
+  w.report_everywhere(x);
+  w.expect_round("x, no votes", "FULL x");
+  int wide_votes = 0;
+  for (int r = 0; r < p; ++r) {
+    w.msg(r).flags |= kRankVoteWide;
+    ++wide_votes;
+    for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
+    const bool wide = 2 * wide_votes > p;
+    w.expect_round("ranks 0.." + std::to_string(r) + " voted wide",
+                   std::string("CACHED@0 x") + (wide ? " [wide]" : ""));
+    for (int q = 0; q < p; ++q) expect(w.wide(q) == wide, tag + "every transport took the mode");
+  }
+  for (int round = 0; round < ControlRound::kExpressAfter; ++round) {
+    for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
+    w.round("steady, no new votes");
+  }
+  expect((w.last_list().flags & (kRespWideCopies | kRespExpress)) == (kRespWideCopies | kRespExpress),
+         tag + "votes are remembered, and a wide mode does not keep express mode off");
+  for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
+  w.msg(0).flags |= kRankVoteNarrow;
+  const bool still = 2 * (p - 1) > p;
+  w.expect_round("rank 0 votes narrow", std::string("CACHED@0 x") + (still ? " [wide]" : ""));
+  for (int q = 0; q < p; ++q) expect(w.wide(q) == still, tag + "every transport took the mode again");
 }
 
 void test_join(int p) {
@@ -327,6 +360,7 @@ int main() {
     test_idle(p);
     test_readiness_and_cache(p);
     test_inline(p);
+    test_copy_path_votes(p);
     test_join(p);
     test_gpu_refusals(p);
     test_expiry(p);

@@ -37,6 +37,9 @@ class ExplainingTransport : public Transport {
   // So must the single-copy reads, or the engine's large collectives would keep the two-copy rings.
   size_t direct_bytes() const override { return inner_.direct_bytes(); }
   size_t broadcast_direct_bytes() const override { return inner_.broadcast_direct_bytes(); }
+  void set_wide_direct(bool wide) override { inner_.set_wide_direct(wide); }
+  bool wide_direct() const override { return inner_.wide_direct(); }
+  size_t direct_bytes_in(bool wide) const override { return inner_.direct_bytes_in(wide); }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;

@@ -34,6 +34,9 @@ class MemoryTransport : public Transport {
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override;
   std::string describe_peer(int peer) const override;
+  // Kept only so that tests can see the negotiation's copy-path mode (no single copies here).
+  void set_wide_direct(bool wide) override { wide_ = wide; }
+  bool wide_direct() const override { return wide_; }
 
   // Makes every rank's next progress() fail with PEER_LOST (a test whose thread died calls this so the
   // others stop waiting instead of running into their deadlines).
@@ -42,6 +45,7 @@ class MemoryTransport : public Transport {
  private:
   std::shared_ptr<MemoryWorld> world_;
   int rank_;
+  bool wide_ = false;
 };
 
 // One transport per rank of a world of `size` threads.

@@ -18,6 +18,7 @@
 #pragma once
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -47,7 +48,12 @@ class TcpTransport : public Transport, private LinkHost {
   bool recv_in_place(int peer) const override { return in_place_ && uses_shm(peer); }
   RequestId post_recv_sink(int peer, size_t len, size_t grain, RecvSink* sink) override;
   bool shared_memory_everywhere() const override { return all_local_; }
-  size_t direct_bytes() const override { return direct_.direct_bytes; }
+  size_t direct_bytes() const override { return direct_bytes_in(wide_direct_); }
+  void set_wide_direct(bool wide) override { wide_direct_ = wide; }
+  bool wide_direct() const override { return wide_direct_; }
+  size_t direct_bytes_in(bool wide) const override {
+    return wide ? std::min(direct_.direct_bytes, kWideDirectBytes) : direct_.direct_bytes;
+  }
   size_t broadcast_direct_bytes() const override { return direct_.broadcast_direct_bytes; }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
@@ -91,6 +97,7 @@ class TcpTransport : public Transport, private LinkHost {
   bool in_place_;
   bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled
   CrossMemory direct_;      // setup_cross_memory(): the agreed single-copy threshold and the peers' pids
+  bool wide_direct_ = false;  // set_wide_direct(): the negotiation's copy-path mode
   std::vector<std::unique_ptr<Link>> links_;  // index: peer rank
   SelfLink* self_ = nullptr;                  // links_[rank_]
   std::vector<RequestId> done_;  // completed, not yet reported by progress()

@@ -69,6 +69,12 @@ class Transport {
   // The same for a broadcast, which compares the root's 1/p share of a buffer with it: above
   // direct_bytes() where the host is oversubscribed (cross_memory.h), where its chain still wins.
   virtual size_t broadcast_direct_bytes() const { return direct_bytes(); }
+  // The negotiation's copy-path mode (engine/copy_path_vote.h), the same on every rank between rounds: while
+  // wide, direct_bytes() is the lower of its threshold and kWideDirectBytes (cross_memory.h); nothing
+  // changes where single copies are off. direct_bytes_in(wide): the threshold in either mode.
+  virtual void set_wide_direct(bool /*wide*/) {}
+  virtual bool wide_direct() const { return false; }
+  virtual size_t direct_bytes_in(bool /*wide*/) const { return direct_bytes(); }
   virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
   virtual void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op);
 

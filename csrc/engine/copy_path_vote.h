@@ -33,8 +33,6 @@
 #include <cstdint>
 #include <string>
 
-#include "common/types.h"
-
 namespace phv {
 
 class CopyPathVote {

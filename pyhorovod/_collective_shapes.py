@@ -17,10 +17,13 @@ def check_splits(splits, rows: int, n: int) -> List[int]:
             raise ValueError(f"alltoall: without splits the first dimension ({rows}) must divide "
                              f"evenly among {n} ranks")
         return []
-    try:
-        values = [operator.index(s) for s in np.asarray(splits).ravel().tolist()]
-    except TypeError:
-        raise ValueError(f"alltoall: splits must be integers, got {splits!r}") from None
+    if type(splits) in (list, tuple) and set(map(type, splits)) <= {int}:
+        values = list(splits)  # the common case, without numpy's conversion (1 us of a 6 us call)
+    else:
+        try:
+            values = [operator.index(s) for s in np.asarray(splits).ravel().tolist()]
+        except TypeError:
+            raise ValueError(f"alltoall: splits must be integers, got {splits!r}") from None
     check_split_values(values, rows, n)
     return values
 
@@ -29,7 +32,7 @@ def check_split_values(values: List[int], rows: int, n: int) -> None:
     """Integer splits of `rows` rows among a set of n ranks: one per rank, none negative, adding up."""
     if len(values) != n:
         raise ValueError(f"alltoall: {len(values)} splits given for a process set of size {n}")
-    if any(v < 0 for v in values):
+    if values and min(values) < 0:
         raise ValueError(f"alltoall: splits must be non-negative, got {values}")
     if sum(values) != rows:
         raise ValueError(f"alltoall: splits add up to {sum(values)} but the first dimension is {rows}")

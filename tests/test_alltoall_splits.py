@@ -68,3 +68,18 @@ def test_alltoall_splits_change_while_the_request_is_cached(size):
     s = stats(results[0].stderr)
     # Most calls come from the cache: what the test is about.
     assert s["cached"] + s["inline"] >= len(SCHEDULE), s
+
+
+def test_splits_in_every_form_give_the_same_checked_values():
+    # A list or tuple of ints skips numpy's conversion; every other form goes through it. Both must give
+    # the same plain ints and the same errors.
+    from pyhorovod._collective_shapes import check_splits
+    want = [1, 0, 3]
+    for form in (want, tuple(want), np.array(want), [np.int64(v) for v in want], np.array([want]).T):
+        got = check_splits(form, 4, 3)
+        assert got == want and all(type(v) is int for v in got), (form, got)
+    for form in ([5, -1], (5, -1), np.array([5, -1])):
+        with pytest.raises(ValueError, match="non-negative"):
+            check_splits(form, 4, 2)
+    with pytest.raises(ValueError, match="integers"):
+        check_splits([1.0, 3], 4, 2)

@@ -159,7 +159,7 @@ KNOBS: Tuple[Knob, ...] = (
          shown="1048576 (262144 for all but broadcast where a host has more ranks than CPUs)"),
     Knob("PYHOROVOD_SHM_DIRECT_ADAPT", "choice", "auto", "shared memory: `auto` times the allgather, alltoall "
          "and reducescatter calls whose pieces lie between 64 KiB and PYHOROVOD_SHM_DIRECT_BYTES in both copy "
-         "paths and votes each rank's faster one; while at least half the ranks vote for single copies, those "
+         "paths and votes each rank's faster one; while more than half the ranks vote for single copies, those "
          "pieces go as single copies too (the ring slows 4x where the host's cores hand cache lines to each "
          "other slowly, single copies do not); `off`: this rank never votes; `wide` / `narrow`: it votes so "
          "once", choices={"auto": "auto", "off": "off", "wide": "wide", "narrow": "narrow"},

@@ -44,6 +44,7 @@ class CopyPathVote {
 
   static constexpr int kWindow = 64;               // calls a mode's figure is taken over
   static constexpr int kMinRun = 32;               // timed calls of a run before it is judged
+  static constexpr int kRefresh = 8;               // timed calls between two computations of a figure
   static constexpr double kBetter = 0.8;           // the other mode's figure, at most this share
   static constexpr int64_t kExploreFirst = 256;    // timed calls before the other mode is timed again
   static constexpr int64_t kExploreMax = 16384;
@@ -67,7 +68,7 @@ class CopyPathVote {
     std::array<double, kWindow> recent{};  // ns per byte, a ring of the run's latest calls
     int run = 0;                           // timed calls in the current run of this mode
     int64_t last_call = -1;                // timed_ at its latest call (-1: never timed)
-    double figure = 0;                     // the 25th percentile of recent
+    double figure = 0;                     // the 25th percentile of recent, every kRefresh calls
   };
   Vote send(bool wide);
   void judge();  // updates prefer_wide_ from both figures, only for a clear gain

@@ -95,7 +95,7 @@ void test_errors(int p) {
 }
 
 void test_prepared(int p) {
-  run_engines(p, "prepared", sync_options(), [&](EngineCore& e, int r, Barrier&) {
+  run_engines(p, "prepared", sync_options(), [&](EngineCore& e, int r, Barrier& barrier) {
     std::vector<float> seed1(1, 0.f), seed(1000, 0.f), none(1000);  // stand-ins while the requests are checked
     auto small = e.prepare(req("prep1", seed1, none), 0);
     auto large = e.prepare(req("prep1000", seed, none), 0);
@@ -116,17 +116,29 @@ void test_prepared(int p) {
     std::vector<float> both(1000, 2.f);
     e.run_prepared(*large, both.data(), both.data());
     CHECK(both[500] == 2.f * p, "in place: %g", both[500]);
-    // The name in flight through enqueue(): refused at once; then the prepared request runs again.
+    // A name in flight through enqueue() is refused at once; then the prepared request runs again. A name
+    // stays in flight only while some rank has not submitted it yet, so each rank checks a name that
+    // another rank holds back until the barrier: rank 0 checks 'prep1', the others 'prep2'. (With one rank
+    // every request completes on its own, so there is nothing to check.)
     std::vector<float> a(1, 1.f), b(1);
-    Handle h = e.enqueue(req("prep1", a, b), 0);
-    try {
-      e.run_prepared(*small, a.data(), b.data());
-      CHECK(false, "rank %d: a prepared request ran while its name was in flight", r);
-    } catch (const HvdError& err) {
-      CHECK(err.kind() == ErrorKind::INVALID_ARGUMENT, "%s", err.what());
+    if (p > 1) {
+      auto second = e.prepare(req("prep2", seed1, none), 0);
+      std::vector<float> b2(1);
+      const bool holds_prep2 = r == 0;
+      Handle mine = holds_prep2 ? e.enqueue(req("prep1", a, b), 0) : e.enqueue(req("prep2", a, b2), 0);
+      try {
+        e.run_prepared(holds_prep2 ? *small : *second, a.data(), b.data());
+        CHECK(false, "rank %d: a prepared request ran while its name was in flight", r);
+      } catch (const HvdError& err) {
+        CHECK(err.kind() == ErrorKind::INVALID_ARGUMENT, "%s", err.what());
+      }
+      barrier.arrive();
+      Handle held = holds_prep2 ? e.enqueue(req("prep2", a, b2), 0) : e.enqueue(req("prep1", a, b), 0);
+      e.wait(mine);
+      e.wait(held);
+      CHECK(b[0] == static_cast<float>(p) && b2[0] == static_cast<float>(p), "enqueued prep1, prep2: %g %g", b[0],
+            b2[0]);
     }
-    e.wait(h);
-    CHECK(b[0] == static_cast<float>(p), "enqueued prep1: %g", b[0]);
     // One rank prepared another shape under the same name: the mismatch on every rank, every time.
     std::vector<float> shaped(r == p - 1 ? 4 : 3, 1.f), shaped_out(4);
     auto odd = e.prepare(req("odd", shaped, shaped_out), 0);

@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCH)
 import collectives  # noqa: E402
+import paired_sweep  # noqa: E402
 import common as C  # noqa: E402
 import scaling_model  # noqa: E402
 
@@ -179,3 +180,29 @@ def test_a_benchmark_result_carries_its_environment_and_replots(tmp_path):
     png = tmp_path / "coll.png"
     assert collectives.main(["--replot", str(coll), "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paired_sweep_sizes_and_counts(capsys):
+    """The paired sweep skips sizes below one float per rank for per-rank ops, and its table counts the
+    cells where the reference is at least as fast (ratio >= 1) and within 0.9 of the other candidate."""
+    assert paired_sweep.sizes_for("allgather", 4, 4, 1024) == [16, 64, 256, 1024]
+    assert paired_sweep.sizes_for("broadcast", 4, 4, 1024) == [4, 16, 64, 256, 1024]
+
+    def cell(op, b, cand, ratio):
+        return {"n": 2, "op": op, "bytes": b, "cand": cand, "wall_s": 2e-6, "cpu_s": 1e-6, "ratio_to_first": ratio}
+    cells = [cell("allreduce", 4, "api", 1.0), cell("allreduce", 4, "mpi", 0.95),
+             cell("allreduce", 16, "api", 1.0), cell("allreduce", 16, "mpi", 1.5),
+             cell("broadcast", 4, "api", 1.0), cell("broadcast", 4, "mpi", 0.5)]
+    paired_sweep.table([cells], ["api", "mpi"])
+    out = capsys.readouterr().out
+    assert "api at least as fast as mpi: 1 of 3 cells; at least 0.9x as fast: 2" in out
+    assert out.index("allreduce") < out.index("broadcast") and "under 0.9" not in out
+    # Two launches: the median and range of each ratio; with the raw core, why a cell is under 0.9.
+    second = [dict(c, ratio_to_first=c["ratio_to_first"] * 0.5) for c in cells]
+    core = [cell("allreduce", 4, "core", 1.0), cell("allreduce", 16, "core", 1.0), cell("broadcast", 4, "core", 0.4)]
+    paired_sweep.table([cells + core, second + core], ["api", "mpi", "core"])
+    out = capsys.readouterr().out
+    assert "0.38 (0.25-0.50)" in out and "1.12 (0.75-1.50)" in out
+    assert "api at least as fast as mpi: 1 of 3 cells; at least 0.9x as fast: 1" in out
+    assert "2 cells under 0.9 of mpi; in 1 of them the raw core is at least 0.9x as fast" in out
+    assert out.rstrip().endswith("as fast as mpi in: n=2 allreduce 4B (0.71)"), out

@@ -15,6 +15,14 @@ from pyhorovod._collective_shapes import at_least_1d, check_splits, reducescatte
 from pyhorovod._op_docs import documented as _documented
 from pyhorovod.process_sets import ProcessSet, global_process_set
 
+# The blocking forms take a prepared call (pyhorovod/_sync_calls.py) when the tensor is a numpy array in
+# the global set with the default dtype and timeout. Module globals, because attribute look-ups such as
+# `_core.ALLGATHER` cost on every call.
+_lookup = _sync_calls.lookup
+_ndarray = np.ndarray
+_ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER = _core.ALLGATHER, _core.BROADCAST, _core.ALLTOALL, \
+    _core.REDUCESCATTER
+
 
 def _from_result(result, dtype: np.dtype) -> np.ndarray:
     """The engine-owned output bytes of allgather/alltoall, viewed as `dtype` in the result's shape."""
@@ -65,8 +73,8 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: ProcessSet =
     {errors}
     """
     key = None
-    if _preparable(tensor, process_set, dtype, timeout):
-        result, key = _sync_calls.lookup((_core.ALLGATHER, name), tensor)
+    if type(tensor) is _ndarray and dtype is None and timeout is None and process_set is global_process_set:
+        result, key = _lookup((_ALLGATHER, name), tensor)   # a prepared call (pyhorovod/_sync_calls.py)
         if result is not None:
             return result
     result = _allgather(tensor, name, process_set, dtype, timeout, _api.submit_sync)
@@ -139,8 +147,9 @@ def _broadcast_sync(tensor, root_rank, name, process_set, dtype, inplace, timeou
     prepared call (pyhorovod/_sync_calls.py) when one with the same name, root and form was made before;
     everything else, and the first such call, the full path (which then files the prepared call)."""
     key = None
-    if type(root_rank) is int and _preparable(tensor, process_set, dtype, timeout):
-        result, key = _sync_calls.lookup((_core.BROADCAST, name, root_rank, inplace), tensor)
+    if (type(tensor) is _ndarray and dtype is None and timeout is None and process_set is global_process_set
+            and type(root_rank) is int):
+        result, key = _lookup((_BROADCAST, name, root_rank, inplace), tensor)
         if result is not None:
             return result
     result = _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeout, _api.submit_sync)
@@ -148,12 +157,6 @@ def _broadcast_sync(tensor, root_rank, name, process_set, dtype, inplace, timeou
         _sync_calls.prepare(key, _core.BROADCAST, dtype_code(tensor, None, "broadcast"), tensor, name, inplace,
                             root=root_rank)
     return result
-
-
-def _preparable(tensor, process_set, dtype, timeout) -> bool:
-    """Whether a blocking call may take a prepared call (pyhorovod/_sync_calls.py): a numpy array in the
-    global set with the default dtype and timeout."""
-    return type(tensor) is np.ndarray and dtype is None and timeout is None and process_set is global_process_set
 
 
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
@@ -205,10 +208,10 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None, name: Optional
     {errors}
     """
     key = None
-    if _preparable(tensor, process_set, dtype, timeout):
+    if type(tensor) is _ndarray and dtype is None and timeout is None and process_set is global_process_set:
         if splits is not None:
             return _alltoall_with_splits(tensor, splits, name)
-        result, key = _sync_calls.lookup((_core.ALLTOALL, name), tensor)
+        result, key = _lookup((_ALLTOALL, name), tensor)   # a prepared call (pyhorovod/_sync_calls.py)
         if result is not None:
             return result
     result = _alltoall(tensor, splits, name, process_set, dtype, timeout, _api.submit_sync)
@@ -280,10 +283,9 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
     {errors}
     """
     key = None
-    if (type(prescale_factor) is float and type(postscale_factor) is float
-            and _preparable(tensor, process_set, dtype, timeout)):
-        result, key = _sync_calls.lookup((_core.REDUCESCATTER, name, op, prescale_factor, postscale_factor),
-                                         tensor)
+    if (type(tensor) is _ndarray and dtype is None and timeout is None and process_set is global_process_set
+            and type(prescale_factor) is float and type(postscale_factor) is float):
+        result, key = _lookup((_REDUCESCATTER, name, op, prescale_factor, postscale_factor), tensor)
         if result is not None:
             return result
     result = _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_factor, dtype, timeout,

@@ -33,6 +33,7 @@ from pyhorovod.errors import translate
 # most _CAPACITY entries (a program that calls with ever new names, e.g. one per step, would otherwise
 # grow it without bound: beyond the capacity a key is simply not prepared).
 prepared = {}
+_prepared_get = prepared.get
 _CAPACITY = 1024
 
 
@@ -52,14 +53,19 @@ def prepare(key, op_type, code, arr, name, inplace=False, reduce_op=0, prescale=
 
 def lookup(key, tensor):
     """(result, key): the output of the prepared call filed under `key` (key[0] is the op type), or None
-    when there is none or it does not fit `tensor`; key is None when it cannot be one (unhashable)."""
+    when there is none or it does not fit `tensor`; key is None when it cannot be one (unhashable). Errors
+    as run() raises them, which this does inline: each Python frame is about 0.07 us of a 4 B call's
+    1.6 us of local work."""
     try:
-        call = prepared.get(key)
+        call = _prepared_get(key)
     except TypeError:  # an unhashable name or op: the full path says what is wrong with it
         return None, None
     if call is None:
         return None, key
-    return run(call, tensor), key
+    try:
+        return call(tensor), key
+    except BaseException as e:
+        reraise(e)
 
 
 def run(call, tensor):

@@ -26,9 +26,11 @@
 namespace phv {
 
 // At most this many bytes per request (members' inputs together, for a concatenation): up to here one
-// express round (recursive doubling over the ring buffers) beat a round plus a collective of its own, by
-// 1.1-2x, in every op but the 4-rank broadcast on 2 cores (RESULTS.md, "Express rounds up to 4 KiB").
-constexpr size_t kInlineBytes = 4096;
+// express round (recursive doubling over the ring buffers) beat a round plus a collective of its own
+// (RESULTS.md, "Express rounds up to 4 KiB" and "Inline requests up to 8 KiB": 8 KiB allgather,
+// allreduce, broadcast and reducescatter 1.1-2x faster at 4 ranks on 2 cores). At 16 KiB it no longer
+// did at 2 ranks: the 16 KiB allgather and reducescatter lost 10-20% there.
+constexpr size_t kInlineBytes = 8192;
 // A rank's message carries at most this many inline bytes; the requests past it send their bit alone, so
 // the coordinator, which reduces every inline request itself, keeps them on the ordinary (fused, ring) path
 // and a round with many small tensors does not funnel them all through rank 0.

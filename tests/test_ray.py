@@ -1,7 +1,7 @@
-"""pyhorovod.ray.RayExecutor on a real Ray cluster started here (ray.cluster_utils.Cluster): a head without
-CPUs and three worker nodes, each its own raylet with 2 CPUs and a custom resource naming it ("node_a",
-"node_b", "node_c"), so that the tests see which node each rank ran on. One cluster serves every test;
-each test has a hard time limit (SIGALRM)."""
+"""pyhorovod.ray.RayExecutor on a real Ray cluster started here (tests/ray_cluster.py: a head without CPUs
+and three worker nodes, each its own raylet with 2 CPUs and a custom resource naming it), so that the
+tests see which node each rank ran on. One cluster serves every test; each test has a hard time limit
+(SIGALRM)."""
 import os
 import subprocess
 import sys
@@ -10,13 +10,10 @@ import time
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install pyhorovod[ray])")
-from ray.cluster_utils import Cluster  # noqa: E402
+import ray_cluster  # noqa: E402
+from ray_cluster import NODES, ROOT  # noqa: E402
+from time_budget import budget, hard_timeout  # noqa: E402,F401 -- hard_timeout: autouse
 
-from time_budget import alarm_after, budget, hard_timeout  # noqa: E402,F401 -- hard_timeout: autouse
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
-NODES = ("node_a", "node_b", "node_c")
 K_STEPS = 3
 LOCAL_BATCH = 4
 DEFAULT_BUDGET_S = 60   # seconds per test, unless its @budget says otherwise
@@ -24,24 +21,7 @@ DEFAULT_BUDGET_S = 60   # seconds per test, unless its @budget says otherwise
 
 @pytest.fixture(scope="module")
 def cluster():
-    with alarm_after(120, "the Ray cluster's start"):
-        # The dashboard serves Ray's state API, which the tests check leftovers with; any free port.
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
-                                                          "dashboard_port": _free_port()})
-        c.named = {name: c.add_node(num_cpus=2, resources={name: 100}) for name in NODES}
-        # The workers import this file's functions by name (cloudpickle pickles them by reference).
-        ray.init(address=c.address, runtime_env={"env_vars": {"PYTHONPATH": f"{ROOT}:{TESTS}"}})
-        c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
-
-
-def _free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ray_cluster.shared()   # stopped by conftest.py after the last module that uses it
 
 
 def node_names():

@@ -1,5 +1,6 @@
 """Autoscaling on Ray: ElasticRayExecutor / RayExecutor with autoscale="goodput" (pyhorovod/ray/autoscale.py)
-on the real Ray cluster of test_ray.py (its fixture: a head without CPUs and three nodes of 2 CPUs).
+on the real Ray cluster of test_ray.py (tests/ray_cluster.py: a head without CPUs and three nodes of 2 CPUs),
+the same one: the fixture keeps it running from one module to the next.
 
 The end-to-end job is built so that its decision is known in advance. Each rank's loss is
 0.5 |w - z|^2 over its examples, z = MU + SIGMA x N(0, I) in D dimensions, w starting at 0: the gradient

@@ -135,7 +135,8 @@ def test_a_process_posing_as_a_rank_fails_init_on_both_sides_saying_so(tmp_path)
             open(os.path.join(tmp, "impostor"), "w").close()
         t = threading.Thread(target=pose_as_rank_1, daemon=True)
         t.start()
-        env = rank_env(3, store.port, secret, {"PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "20",
+        # Rank 0 comes last, when rank 2 has failed: it gives up at the connect timeout, kept short.
+        env = rank_env(3, store.port, secret, {"PYHOROVOD_CONNECT_TIMEOUT_SECONDS": "8",
                                                "PYHOROVOD_TIMEOUT_SECONDS": "5"})
         results = run_ranks(body_impostor_target, 3, timeout=120, args=(tmp,), launcher=None, env=env)
         t.join(10)

@@ -105,7 +105,7 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("PYHOROVOD_FUSION_MAX_TENSOR_BYTES", "int", 1 << 20, "a CPU tensor larger than this is reduced alone, "
          "in place, not copied through the fusion buffer; 0: fuse any size (Horovod's rule)", minimum=0,
          field="fusion_max_tensor_bytes", option="engine.fusion_max_tensor_bytes"),
-    Knob("HOROVOD_CYCLE_TIME", "float", 1.0, "ms between the engine's negotiation cycles", minimum=0.0,
+    Knob("HOROVOD_CYCLE_TIME", "float", 1.0, "ms the engine waits after a round before an idle one", minimum=0.0,
          field="cycle_time_ms", option="engine.cycle_time_ms"),
     Knob("HOROVOD_CACHE_CAPACITY", "int", 1024, "responses cached (steady state skips name negotiation); 0 "
          "disables", minimum=0, field="cache_capacity", option="engine.cache_capacity"),

@@ -12,10 +12,10 @@
 // agreed list. The background thread starts a round at once when something was enqueued, or when this
 // rank has requests the others have not all submitted yet and the last round did not say "all waiting"
 // (it then blocks in the transport until the others' next round, so no sleep ever delays a ready
-// request); otherwise it sleeps until an enqueue or cycle_time_ms after the last round began. A caller
-// of wait() whose request is pending takes the token itself when it is free and runs the rounds on its
-// own thread: a synchronous request then costs no thread hand-off at all (the lone small allreduce's
-// fast path; see also inline_reduce.h).
+// request); otherwise it sleeps until an enqueue or cycle_time_ms after the last round ended (its
+// exchange and the work it agreed). A caller of wait() whose request is pending takes the token itself
+// when it is free and runs the rounds on its own thread: a synchronous request then costs no thread
+// hand-off at all (the lone small allreduce's fast path; see also inline_reduce.h).
 //
 // Failures: a mismatch or timeout fails only its request (on every rank). A transport failure leaves the
 // byte streams in an unknown state, so the engine stops: the failed requests get the error with our rank,

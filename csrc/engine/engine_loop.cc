@@ -67,11 +67,12 @@ bool EngineCore::background_due() const {
 }
 
 void EngineCore::run_round() {
+  const auto cycle =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
   {
     std::lock_guard<std::mutex> lock(callers_.mutex());
     round_stop_.asked = !pacing_.running();
-    pacing_.next_cycle = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
+    pacing_.next_cycle = Clock::now() + cycle;
     callers_.take_queue(taken_);
   }
   std::string reason;
@@ -105,6 +106,13 @@ void EngineCore::run_round() {
       std::lock_guard<std::mutex> lock(callers_.mutex());
       pacing_.all_waiting = outcome.all_waiting;
       pacing_.self_waiting = outcome.waiting;
+      // The next idle round is due a cycle after this round's work ended, not after it began. A round is
+      // an exchange every rank takes part in, so an idle round started here pairs with the peers' next
+      // round, which is the one their next request rides. Counted from the start, a collective longer than
+      // the cycle (a 16 MiB alltoall, 1.7 ms) had the background thread start an idle round the moment a
+      // synchronous caller returned, and every call then took two rounds, the first spent waiting for a
+      // peer still busy (benchmarks/RESULTS.md, "The cycle counted from the end of a round").
+      pacing_.next_cycle = Clock::now() + cycle;
     }
     if (outcome.shutdown) round_stop_.agreed = true;
     if (rank_ == 0) timeline_.flush();

@@ -8,20 +8,14 @@ Starting it takes about 10 s on 2 cores, so it is started once, by the first tes
 `cluster` fixture of tests/test_ray.py, which calls shared().
 """
 import os
-import socket
 
+from mp import free_port
 from time_budget import alarm_after
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
 NODES = ("node_a", "node_b", "node_c")
 _running = None   # the cluster, while it runs
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def shared():
@@ -33,7 +27,7 @@ def shared():
         with alarm_after(120, "the Ray cluster's start"):
             # The dashboard serves Ray's state API, which the tests check leftovers with; any free port.
             c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True,
-                                                              "dashboard_port": _free_port()})
+                                                              "dashboard_port": free_port()})
             c.named = {name: c.add_node(num_cpus=2, resources={name: 100}) for name in NODES}
             # The workers import the test files' functions by name (cloudpickle pickles them by reference).
             ray.init(address=c.address, runtime_env={"env_vars": {"PYTHONPATH": f"{ROOT}:{TESTS}"}})

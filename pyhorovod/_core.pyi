@@ -25,6 +25,10 @@ class InterruptedError_(InternalError): ...  # the engine stopped: a waiting cal
 # build_info: {"version", "compiler", "cxx_flags", "nccl": bool, "nccl_version": int, "cuda": bool, "shm": bool}
 def build_info() -> dict: ...
 def sum_of_squares(ptr: int, count: int, dtype: int) -> float: ...  # float32/float64 host buffer, in double
+# A new C-contiguous numpy array for a collective's output, contents unspecified; from POOLED_OUTPUT_BYTES up
+# on the engine's reused output memory, placed within its 64-byte line as the input at address `input` is.
+POOLED_OUTPUT_BYTES: int
+def empty_output(dtype: Any, shape: Sequence[int], input: int) -> Any: ...
 
 class TcpStoreServer:
     """The rendezvous key/value store, hosted by the launcher or rank 0 (background thread)."""

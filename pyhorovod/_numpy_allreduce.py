@@ -9,7 +9,7 @@ import numpy as np
 
 from pyhorovod import _api, _core, _cuda_arrays, _sync_calls, basics, process_sets
 from pyhorovod._api import Op
-from pyhorovod._buffers import as_host_array as _as_array, dtype_code, host_pointer as _ptr, is_cuda_array
+from pyhorovod._buffers import as_host_array as _as_array, dtype_code, host_pointer as _ptr, is_cuda_array, new_output
 from pyhorovod._op_docs import documented as _documented
 from pyhorovod.process_sets import ProcessSet, global_process_set
 
@@ -31,7 +31,7 @@ def _allreduce_async(tensors, inplace, grouped, average, name, op, prescale, pos
         _api.check_reduce(op, code, prescale, postscale)
         arrs.append(arr)
         codes.append(code)
-        outs.append(arr if inplace else np.empty_like(arr, order="C"))
+        outs.append(arr if inplace else new_output(arr))
     group = _api.new_group_id() if grouped else 0
     ops = [Op(_core.ALLREDUCE, c, a.shape, _ptr(a), _ptr(o),
               name=(f"{name}.{i}" if grouped else name) if name else "", reduce_op=op,
@@ -133,7 +133,7 @@ def _allreduce_sync(tensor, inplace, average, name, op, prescale, postscale, pro
         arr = _as_array(tensor, what, writable=inplace)
     code = dtype_code(arr, dtype, what)
     _api.check_reduce(op, code, prescale, postscale)
-    out = arr if inplace else np.empty_like(arr, order="C")
+    out = arr if inplace else new_output(arr)
     _api.run_sync(_core.ALLREDUCE, name, code, arr.shape, arr, out, op, prescale, postscale, 0, ps_id, timeout)
     if key is not None and ps_id == 0:
         _sync_calls.prepare(key, _core.ALLREDUCE, code, arr, name, inplace, op, prescale, postscale)

@@ -10,7 +10,7 @@ import numpy as np
 
 from pyhorovod import _api, _core, _cuda_arrays, _sync_calls, basics, process_sets
 from pyhorovod._api import Average, Op
-from pyhorovod._buffers import as_host_array as _as_array, dtype_code, host_pointer as _ptr, is_cuda_array
+from pyhorovod._buffers import as_host_array as _as_array, dtype_code, host_pointer as _ptr, is_cuda_array, new_output
 from pyhorovod._collective_shapes import at_least_1d, check_splits, reducescatter_shape
 from pyhorovod._op_docs import documented as _documented
 from pyhorovod.process_sets import ProcessSet, global_process_set
@@ -93,7 +93,7 @@ def _broadcast_async(tensor, root_rank, name, process_set, dtype, inplace, timeo
     root = _api.check_root(root_rank, ps.ranks)
     arr = _as_array(tensor, what, writable=inplace)
     code = dtype_code(arr, dtype, what)
-    out = arr if inplace else np.empty_like(arr, order="C")
+    out = arr if inplace else new_output(arr)
     op = Op(_core.BROADCAST, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", root=root,
             process_set=ps.process_set_id, timeout=timeout)
     result = tensor if inplace else out
@@ -249,7 +249,7 @@ def _reducescatter(tensor, name, op, process_set, prescale_factor, postscale_fac
     code = dtype_code(arr, dtype, "reducescatter")
     op = _api.resolve_op(op, None)
     _api.check_reduce(op, code, float(prescale_factor), float(postscale_factor))
-    out = np.empty(reducescatter_shape(arr.shape, ps.ranks, basics.rank()), dtype=arr.dtype)
+    out = new_output(arr, reducescatter_shape(arr.shape, ps.ranks, basics.rank()))
     req = Op(_core.REDUCESCATTER, code, arr.shape, _ptr(arr), _ptr(out), name=name or "", reduce_op=op,
              prescale=float(prescale_factor), postscale=float(postscale_factor), process_set=ps.process_set_id,
              timeout=_api.check_timeout(timeout))

@@ -43,8 +43,10 @@ def body(counts_by_dtype, big):
         checks += 1
         # broadcast from every root
         for root in range(size):
-            out = hvd.broadcast(_values(rank, count, dt, seed + root), root, name=f"bc.{dt}.{count}.{root}")
+            x = _values(rank, count, dt, seed + root)
+            out = hvd.broadcast(x, root, name=f"bc.{dt}.{count}.{root}")
             assert np.array_equal(out, _values(root, count, dt, seed + root)), f"broadcast {dt} {count} {root}"
+            assert np.array_equal(x, _values(rank, count, dt, seed + root)), f"broadcast {dt} {count}: input changed"
             checks += 1
         # alltoall, uneven splits: rank r sends count // size + (r + j) % 3 elements to rank j
         base = max(count // size, 1)
@@ -61,9 +63,11 @@ def body(counts_by_dtype, big):
         total = sum(_values(r, count, dt, seed).astype(np.int64) for r in range(size)).astype(dt)
         out = hvd.reducescatter(_values(rank, count, dt, seed), op=hvd.Sum, name=f"rs.{dt}.{count}")
         assert np.array_equal(out, total[start:start + parts[rank]]), f"reducescatter {dt} {count}"
-        # allreduce (Sum), out of place
-        out = hvd.allreduce(_values(rank, count, dt, seed), op=hvd.Sum, name=f"ar.{dt}.{count}")
+        # allreduce (Sum), out of place: the input is left as it was
+        x = _values(rank, count, dt, seed)
+        out = hvd.allreduce(x, op=hvd.Sum, name=f"ar.{dt}.{count}")
         assert np.array_equal(out, total), f"allreduce {dt} {count}"
+        assert np.array_equal(x, _values(rank, count, dt, seed)), f"allreduce {dt} {count}: input changed"
         checks += 2
     if big:
         count = (32 << 20) // 4
@@ -72,11 +76,13 @@ def body(counts_by_dtype, big):
         assert np.array_equal(out, np.concatenate([_values(r, count, "float32", 5) for r in range(size)]))
         out = hvd.broadcast(x, size - 1, name="bc.big")
         assert np.array_equal(out, _values(size - 1, count, "float32", 5))
+        assert np.array_equal(x, _values(rank, count, "float32", 5)), "broadcast: the input changed"
         total = sum(_values(r, count, "float32", 5) for r in range(size))
         out = hvd.reducescatter(x, op=hvd.Sum, name="rs.big")
         assert np.array_equal(out, total[rank * (count // size):(rank + 1) * (count // size)])
         out = hvd.allreduce(x, op=hvd.Sum, name="ar.big")
         assert np.array_equal(out, total)
+        assert np.array_equal(x, _values(rank, count, "float32", 5)), "allreduce: the input changed"
         out = hvd.alltoall(x, name="a2a.big")
         step = count // size
         assert np.array_equal(out, np.concatenate([_values(j, count, "float32", 5)[rank * step:(rank + 1) * step]

@@ -17,13 +17,16 @@ namespace phv {
 // small-message algorithm or the pipelined ring by size (tuning.h). The ring scales only the chunk each
 // rank owns, once it is fully reduced and before it is passed on: 1/p of the buffer per rank instead of
 // a pass over all of it afterwards.
+// input: out of place, this rank's operands (count elements, not overlapping buf, only read); buf then
+// only receives the result. The ring takes its operands from input directly (ring_pipeline.h); the other
+// algorithms copy input into buf first.
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-               Deadline deadline, double postscale = 1.0);
+               Deadline deadline, double postscale = 1.0, const void* input = nullptr);
 
 // Pipelined ring (reduce-scatter then allgather), and the latency-optimal small-message algorithm;
 // exposed for tests and benchmarks. allreduce() picks between them.
 void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-                    Deadline deadline, double postscale = 1.0);
+                    Deadline deadline, double postscale = 1.0, const void* input = nullptr);
 void small_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline);
 
 // Adasum (common/adasum.h) over buf, which holds tensors of counts[0], counts[1], .. elements end to end:
@@ -39,8 +42,10 @@ void adasum_allreduce(const Comm& comm, void* buf, const std::vector<size_t>& co
 void allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
                 const Tuning& tuning, Deadline deadline);
 
-// buf (bytes) on root is copied to every rank's buf.
-void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline);
+// buf (bytes) on root is copied to every rank's buf. input (the root's; ignored elsewhere): out of place,
+// the bytes to broadcast when not in buf (not overlapping it; only read); the root's buf gets them too.
+void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline,
+               const void* input = nullptr);
 
 // send_bytes[r]: how many bytes of `send` (consecutive blocks, rank order) go to rank r;
 // recv_bytes[r]: how many bytes arrive from rank r into `recv` (consecutive blocks, rank order).

@@ -64,6 +64,8 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
       targets.push_back(to);
     }
   }
+  tr->start_posted();  // on their way now, not once our copy is done
+  const Clock::time_point copying = Clock::now();
   if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
   // The blocks that travel through the transport: all steps in flight within one host, one otherwise.
   const bool all_at_once = tr->shared_memory_everywhere();
@@ -88,7 +90,7 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
     x.post_done(to);
   }
   for (int from : writers) x.post_wait_done(from);  // until then `from` may still be writing to us
-  x.wait();
+  x.wait_spinning(Clock::now() - copying);
 }
 
 }  // namespace phv

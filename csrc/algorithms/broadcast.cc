@@ -5,10 +5,13 @@
 //  - large: a pipelined chain v = 0 -> 1 -> ... -> p-1, the message cut into segments; each rank forwards
 //    segment k as soon as it has arrived, with up to max_segments_in_flight segments posted each way.
 //    Time ~ (p - 2 + number of segments) segment times: the bandwidth term does not grow with p.
-// Every rank receives straight into buf: no copies besides the transport's.
+// Every rank receives straight into buf: no copies besides the transport's. A root with a separate input
+// (out of place) sends from it and copies it into its own buf while its sends are under way, instead of
+// first: the copy then overlaps the transfers (a 16 MiB broadcast at 2 ranks: see RESULTS.md).
 //  - a root's share of at least Transport::broadcast_direct_bytes(): every rank reads the root's buffer in
 //    place, the root writing its share (direct_copy.h).
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -21,7 +24,14 @@ namespace phv {
 
 namespace {
 
-void binomial(const Comm& comm, char* buf, size_t bytes, int root, Deadline deadline) {
+// The root's own copy, out of place: after its sends are posted and on their way.
+void root_copy(Transport* tr, char* buf, const char* src, size_t bytes) {
+  if (src == buf) return;
+  tr->start_posted();
+  std::memcpy(buf, src, bytes);
+}
+
+void binomial(const Comm& comm, char* buf, const char* src, size_t bytes, int root, Deadline deadline) {
   const int p = comm.size();
   const int v = (comm.rank() - root + p) % p;
   auto real = [&](int vr) { return comm.global((vr + root) % p); };
@@ -34,14 +44,17 @@ void binomial(const Comm& comm, char* buf, size_t bytes, int root, Deadline dead
     }
     mask <<= 1;
   }
+  const char* from = v == 0 ? src : buf;
   std::vector<RequestId> sends;
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (v + mask < p) sends.push_back(tr->post_send(real(v + mask), buf, bytes));
+    if (v + mask < p) sends.push_back(tr->post_send(real(v + mask), from, bytes));
   }
+  if (v == 0) root_copy(tr, buf, src, bytes);
   tr->wait_all(sends, deadline);
 }
 
-void chain(const Comm& comm, char* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline) {
+void chain(const Comm& comm, char* buf, const char* src, size_t bytes, int root, const Tuning& tuning,
+           Deadline deadline) {
   const int p = comm.size();
   const int v = (comm.rank() - root + p) % p;
   const bool has_prev = v > 0, has_next = v + 1 < p;
@@ -51,6 +64,8 @@ void chain(const Comm& comm, char* buf, size_t bytes, int root, const Tuning& tu
   const size_t window = static_cast<size_t>(std::max(1, tuning.max_segments_in_flight));
   const Range whole{0, bytes};
   Transport* tr = comm.transport;
+  const char* from = v == 0 ? src : buf;
+  bool copied = v != 0;  // the root's own copy (root_copy), once its first window of sends is posted
 
   // Segment k may be sent once it is here (the root has everything).
   size_t recvs_posted = 0, recvs_done = has_prev ? 0 : nseg;
@@ -66,8 +81,12 @@ void chain(const Comm& comm, char* buf, size_t bytes, int root, const Tuning& tu
     }
     while (has_next && sends_posted < nseg && sends_posted < recvs_done && sends_posted - sends_done < window) {
       Range s = segment_of(whole, seg, sends_posted);
-      ids[tr->post_send(next, buf + s.offset, s.count)] = static_cast<long>(sends_posted);
+      ids[tr->post_send(next, from + s.offset, s.count)] = static_cast<long>(sends_posted);
       ++sends_posted;
+    }
+    if (!copied) {
+      root_copy(tr, buf, src, bytes);
+      copied = true;
     }
     completed.clear();
     tr->progress(completed, deadline);
@@ -85,20 +104,24 @@ void chain(const Comm& comm, char* buf, size_t bytes, int root, const Tuning& tu
 
 }  // namespace
 
-void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline) {
+void broadcast(const Comm& comm, void* buf, size_t bytes, int root, const Tuning& tuning, Deadline deadline,
+               const void* input) {
   const int p = comm.size();
   PHV_CHECK_ARG(root >= 0 && root < p, "broadcast: root rank ", root, " out of range [0, ", p, ")");
-  if (p <= 1 || bytes == 0) return;
+  const char* src = comm.rank() == root && input != nullptr ? static_cast<const char*>(input) : static_cast<char*>(buf);
+  PHV_CHECK_ARG(src == buf || !ranges_overlap(src, bytes, buf, bytes), "broadcast: the input overlaps the output");
+  if (bytes == 0) return;
+  if (p <= 1) return root_copy(comm.transport, static_cast<char*>(buf), src, bytes);
   // The single-copy decision looks at the root's share of each reader's buffer, the 1/p it writes (a
   // reader reads the rest); at 2 ranks that is what a reader reads. With 4 ranks on 2 cores the chain
   // beat single copies of 1 and 2 MiB (93 against 178 us, 187 against 327), where what a reader reads
   // (768 KiB, 1.5 MiB) would have sent the 2 MiB one to single copies at a 1 MiB threshold.
   if (use_direct_broadcast(comm, bytes / static_cast<size_t>(p))) {
-    direct_broadcast(comm, buf, bytes, root, deadline);
+    direct_broadcast(comm, buf, bytes, root, deadline, src);
   } else if (bytes < small_message_threshold(tuning, p) || p == 2) {
-    binomial(comm, static_cast<char*>(buf), bytes, root, deadline);
+    binomial(comm, static_cast<char*>(buf), src, bytes, root, deadline);
   } else {
-    chain(comm, static_cast<char*>(buf), bytes, root, tuning, deadline);
+    chain(comm, static_cast<char*>(buf), src, bytes, root, tuning, deadline);
   }
 }
 

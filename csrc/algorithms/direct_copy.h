@@ -41,6 +41,9 @@ class DirectExchange {
   void post_wait_done(int from);
   void wait_for(RequestId id) { ids_.push_back(id); }  // another request of the collective, waited with the rest
   void wait();
+  // wait(), polling for up to `spin` before sleeping: for the done messages of peers that are copying into
+  // our buffer about as much as we copied in `spin` (Transport::set_wait_spin_us; at most kMaxCopySpin).
+  void wait_spinning(Clock::duration spin);
   // Copies len bytes at offset `at` of what `from` published (checking its length is `want`) into dst.
   void read(int from, size_t want, size_t at, void* dst, size_t len);
   // The same, the whole published range.
@@ -63,7 +66,8 @@ class DirectExchange {
 // with use_direct().
 void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std::vector<size_t>& bytes_per_rank,
                        Deadline deadline);
-void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline);
+// src: the root's bytes (buf itself, or its input out of place; see broadcast()); ignored on other ranks.
+void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline, const void* src);
 void direct_reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
                           DataType dt, ReduceOp op, Deadline deadline);
 

@@ -10,8 +10,11 @@
 //   TCP: the kernel copies on both sides (send: buffer -> socket, 2(p-1)/p * M; receive: socket ->
 //     scratch slot in the reduce half, socket -> buffer in the allgather half); one fused reduce pass
 //     reads slot + buffer and writes the buffer; scratch is max_segments_in_flight segments.
-// So: 0 extra copies on either path; the user buffer is reduced in place.
+// So: 0 extra copies on either path; the user buffer is reduced in place. Out of place (input given), the
+// first step sends from input and each reduction reads input where it would read the buffer: still none.
 // float16/bfloat16 are widened to float32 inside each segment's reduction (common/reduce.cc).
+#include <cstring>
+
 #include "algorithms/algorithms.h"
 #include "algorithms/ring_pipeline.h"
 #include "common/error.h"
@@ -20,16 +23,17 @@
 namespace phv {
 
 void ring_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-                    Deadline deadline, double postscale) {
+                    Deadline deadline, double postscale, const void* input) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
   PHV_CHECK_ARG(op == ReduceOp::SUM || op == ReduceOp::MIN || op == ReduceOp::MAX || op == ReduceOp::PRODUCT,
                 "allreduce: op ", reduce_op_name(op), " is not a kernel op (AVERAGE is SUM + scale)");
   if (count == 0) return;
   if (comm.size() <= 1) {
+    if (input != nullptr) std::memcpy(buf, input, count * dtype_size(dt));
     if (postscale != 1.0) scale_buffer(buf, count, dt, postscale);
     return;
   }
-  run_ring(comm, buf, even_chunks(count, comm.size()), dt, op, RingKind::ALLREDUCE, tuning, deadline, postscale);
+  run_ring(comm, buf, even_chunks(count, comm.size()), dt, op, RingKind::ALLREDUCE, tuning, deadline, postscale, input);
 }
 
 }  // namespace phv

@@ -28,14 +28,22 @@
 namespace phv {
 namespace {
 
+// dst = (a (op) b) * scale for count elements, where a is dst itself when in place.
+void reduce_segment(char* dst, const char* a, const void* b, size_t count, DataType dt, ReduceOp op, double scale) {
+  if (a == dst) return reduce_scale_into(dst, b, count, dt, op, scale);
+  reduce_to(dst, a, b, count, dt, op);
+  scale_buffer(dst, count, dt, scale);  // (a no-op at 1; at most a segment, still in cache)
+}
+
 // Zero-copy receive of a reduce-phase segment: each piece is reduced into the buffer where it lies in
-// the transport (shared memory), dst[offset..] = (dst[offset..] (op) piece) * scale.
+// the transport (shared memory), dst[offset..] = (src[offset..] (op) piece) * scale.
 struct ReduceSink final : RecvSink {
   ReduceSink(DataType dt_, ReduceOp op_) : dt(dt_), op(op_), esize(dtype_size(dt_)) {}
   void consume(const void* data, size_t offset, size_t len) override {
-    reduce_scale_into(dst + offset, data, len / esize, dt, op, scale);
+    reduce_segment(dst + offset, src + offset, data, len / esize, dt, op, scale);
   }
   char* dst = nullptr;
+  const char* src = nullptr;  // the operand: dst itself, or the input out of place
   double scale = 1.0;  // the postscale, on the last reduction of a segment this rank owns
   DataType dt;
   ReduceOp op;
@@ -45,10 +53,11 @@ struct ReduceSink final : RecvSink {
 }  // namespace
 
 void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, DataType dt, ReduceOp op, RingKind kind,
-              const Tuning& tuning, Deadline deadline, double postscale) {
+              const Tuning& tuning, Deadline deadline, double postscale, const void* input) {
   const int p = comm.size();
   if (p <= 1) return;
   char* buf = static_cast<char*>(buf_v);
+  const char* in = input != nullptr && kind != RingKind::ALLGATHER ? static_cast<const char*>(input) : buf;
   const size_t esize = kind == RingKind::ALLGATHER ? 1 : dtype_size(dt);
   size_t max_chunk = 0;
   for (const Range& c : chunks) max_chunk = std::max(max_chunk, c.count);
@@ -99,6 +108,7 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
       } else if (in_place) {
         ReduceSink& sink = sinks[j % window];
         sink.dst = dst;
+        sink.src = in + m.range.offset * esize;
         sink.scale = m.step == reduce_steps - 1 ? owned_scale : 1.0;
         id = tr->post_recv_sink(left, m.range.count * esize, esize, &sink);
       } else {
@@ -115,7 +125,8 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     while (sends_posted < nsend && sends_posted - sends_completed < window &&
            (sends_posted < plan.lead || recvs_finished > sends_posted - plan.lead)) {
       const RingMessage& m = plan.sends[sends_posted];
-      ids[tr->post_send(right, buf + m.range.offset * esize, m.range.count * esize)] = static_cast<long>(sends_posted);
+      const char* from = m.step == 0 ? in : buf;  // the first step sends this rank's own operands
+      ids[tr->post_send(right, from + m.range.offset * esize, m.range.count * esize)] = static_cast<long>(sends_posted);
       ++sends_posted;
       any = true;
     }
@@ -148,8 +159,8 @@ void run_ring(const Comm& comm, void* buf_v, const std::vector<Range>& chunks, D
     while (recvs_finished < nrecv && recv_done[recvs_finished]) {
       const RingMessage& m = plan.recvs[recvs_finished];
       if (m.step < reduce_steps && !in_place)
-        reduce_scale_into(buf + m.range.offset * esize, slot(recvs_finished), m.range.count, dt, op,
-                          m.step == reduce_steps - 1 ? owned_scale : 1.0);
+        reduce_segment(buf + m.range.offset * esize, in + m.range.offset * esize, slot(recvs_finished), m.range.count,
+                       dt, op, m.step == reduce_steps - 1 ? owned_scale : 1.0);
       ++recvs_finished;
       post_sends();
       post_recvs();

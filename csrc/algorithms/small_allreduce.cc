@@ -5,9 +5,11 @@
 // through the transport's copy (shared memory: into and out of the ring; TCP: the kernel's), then one
 // reduce_to pass combines it with the buffer in place. Nothing else is copied or allocated.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/direct_copy.h"
 #include "algorithms/recursive_doubling.h"
 #include "common/error.h"
 #include "common/reduce.h"
@@ -90,17 +92,22 @@ void small_allreduce(const Comm& comm, void* buf_v, size_t count, DataType dt, R
 }
 
 void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, const Tuning& tuning,
-               Deadline deadline, double postscale) {
+               Deadline deadline, double postscale, const void* input) {
   PHV_CHECK_ARG(dtype_size(dt) != 0, "allreduce: unknown dtype ", static_cast<int>(dt));
-  if (op == ReduceOp::ADASUM) return adasum_allreduce(comm, buf, {count}, dt, deadline, postscale);
+  PHV_CHECK_ARG(input == nullptr || !ranges_overlap(input, count * dtype_size(dt), buf, count * dtype_size(dt)),
+                "allreduce: the input overlaps the output buffer");
   // Every rank must make the same choice: decided by sizes and a fact all ranks agree on. Through
   // shared memory a hop costs alpha_shm_s instead of alpha_s, so the latency algorithm pays off for less.
   const bool shm = comm.transport->shared_memory_everywhere();
-  if (count * dtype_size(dt) < small_message_threshold(tuning, comm.size(), shm)) {
+  const bool ring =
+      op != ReduceOp::ADASUM && count * dtype_size(dt) >= small_message_threshold(tuning, comm.size(), shm);
+  if (input != nullptr && !ring && count > 0) std::memcpy(buf, input, count * dtype_size(dt));
+  if (op == ReduceOp::ADASUM) return adasum_allreduce(comm, buf, {count}, dt, deadline, postscale);
+  if (!ring) {
     small_allreduce(comm, buf, count, dt, op, deadline);
     if (postscale != 1.0) scale_buffer(buf, count, dt, postscale);
   } else {
-    ring_allreduce(comm, buf, count, dt, op, tuning, deadline, postscale);
+    ring_allreduce(comm, buf, count, dt, op, tuning, deadline, postscale, input);
   }
 }
 

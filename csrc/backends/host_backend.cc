@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/direct_copy.h"
 #include "backends/reduction_identity.h"
 #include "common/reduce.h"
 
@@ -40,13 +41,14 @@ const TwoLevel* HostBackend::two_level(const Comm& comm) {
 }
 
 void HostBackend::reduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline,
-                         double post) {
+                         double post, const void* input) {
   const TwoLevel* tl = op == ReduceOp::ADASUM ? nullptr : two_level(comm);
   if (tl != nullptr && prefer_two_level(hierarchy_.allreduce_mode, hierarchy_.model, *tl, count * dtype_size(dt),
                                         OpType::ALLREDUCE, tuning_)) {
+    if (input != nullptr) std::memcpy(buf, input, count * dtype_size(dt));
     hierarchical_allreduce(*tl, buf, count, dt, op, tuning_, deadline, post);
   } else {
-    phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post);
+    phv::allreduce(comm, buf, count, dt, op, tuning_, deadline, post, input);
   }
 }
 
@@ -57,20 +59,27 @@ void HostBackend::allreduce(const Comm& comm, const std::vector<BufferEntry>& en
     fused_allreduce(comm, entries, dt, op, prescale, postscale, ctx);
     return;
   }
-  // A lone tensor is reduced in its output buffer: at most one copy (input -> output).
+  // A lone tensor is reduced in its output buffer. Out of place the algorithms read the input themselves
+  // (the ring without copying it first), unless a prescale must be applied to a copy of it.
   const BufferEntry& e = entries.front();
   size_t esize = dtype_size(dt);
   uint8_t* buf;
+  const void* operands = nullptr;  // out of place: the input, read by the algorithm
   if (e.input != nullptr) {
     buf = static_cast<uint8_t*>(e.output);
-    if (e.input != e.output && e.count > 0) std::memcpy(buf, e.input, e.count * esize);
+    const bool apart = !ranges_overlap(e.input, e.count * esize, buf, e.count * esize);
+    if (e.input != e.output && prescale == 1.0 && apart) {
+      operands = e.input;
+    } else if (e.input != e.output && e.count > 0) {
+      std::memmove(buf, e.input, e.count * esize);
+    }
     if (prescale != 1.0) scale_buffer(buf, e.count, dt, prescale);
   } else {
     buf = scratch(e.count * esize);
     fill_identity(buf, e.count, dt, op);
   }
   ctx.mark(Phase::REDUCE, Edge::BEGIN);
-  if (e.count > 0) reduce(comm, buf, e.count, dt, op, ctx.deadline, postscale);
+  if (e.count > 0) reduce(comm, buf, e.count, dt, op, ctx.deadline, postscale, operands);
   ctx.mark(Phase::REDUCE, Edge::END);
 }
 
@@ -127,8 +136,10 @@ void HostBackend::allgatherv(const Comm& comm, const void* send, void* recv, con
 void HostBackend::broadcast(const Comm& comm, const void* input, void* buf, size_t bytes, int root,
                             const CallContext& ctx) {
   apply_knobs();
-  if (comm.rank() == root && input != buf && bytes > 0) std::memcpy(buf, input, bytes);
-  if (bytes > 0) phv::broadcast(comm, buf, bytes, root, tuning_, ctx.deadline);
+  // Out of place the root sends from its input and copies it into its buf meanwhile (broadcast.cc).
+  const bool apart = input != buf && !ranges_overlap(input, bytes, buf, bytes);
+  if (comm.rank() == root && input != buf && !apart && bytes > 0) std::memmove(buf, input, bytes);
+  if (bytes > 0) phv::broadcast(comm, buf, bytes, root, tuning_, ctx.deadline, apart ? input : nullptr);
 }
 
 void HostBackend::alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& send_bytes, void* recv,

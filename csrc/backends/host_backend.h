@@ -46,7 +46,8 @@ class HostBackend : public CollectiveBackend {
   uint8_t* scratch(size_t bytes);
   const TwoLevel* two_level(const Comm& comm);  // nullptr: comm is not the whole job, or one host
   // allreduce() or hierarchical_allreduce(), by the hierarchy's mode and the model.
-  void reduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline, double post);
+  void reduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline, double post,
+              const void* input = nullptr);
   void fused_allreduce(const Comm& comm, const std::vector<BufferEntry>& entries, DataType dt, ReduceOp op,
                        double prescale, double postscale, const CallContext& ctx);
 

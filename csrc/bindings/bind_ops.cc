@@ -59,6 +59,15 @@ void* host_pointer(py::handle obj, BufferAccess access) {
 }  // namespace
 
 void register_ops(py::module_& m) {
+  m.attr("POOLED_OUTPUT_BYTES") = kPooledOutputBytes;
+  m.def(
+      "empty_output",
+      [](const py::dtype& dtype, const std::vector<py::ssize_t>& shape, uintptr_t input) {
+        PyObject* out = new_output_array(dtype.ptr(), shape, reinterpret_cast<const void*>(input));
+        if (out == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::array>(out);
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("input"));
   py::class_<EngineOptions>(m, "EngineOptions")
       .def(py::init<>())
       .def_readwrite("connect", &EngineOptions::connect)

@@ -82,7 +82,7 @@ class SyncCall {
       Result r = call_interruptible([&] { return engine_.run_prepared(*prepared_, in, nullptr); });
       return owned_array(r.output, py::reinterpret_borrow<py::dtype>(descr_), r.output_shape);
     }
-    py::object out = inplace_ ? py::reinterpret_borrow<py::object>(input) : new_output();
+    py::object out = inplace_ ? py::reinterpret_borrow<py::object>(input) : new_output(in);
     void* to = py::detail::array_proxy(out.ptr())->data;
     call_interruptible([&] { return engine_.run_prepared(*prepared_, in, to); });
     return out;
@@ -162,13 +162,9 @@ class SyncCall {
     return nullptr;
   }
 
-  // A new C-contiguous array of out_dims_, from numpy's constructor itself: pybind11's array(dtype, shape)
-  // first copies the shape and computes strides, a third of the cost of this small call's allocation.
-  py::object new_output() const {
-    auto& api = py::detail::npy_api::get();
-    Py_INCREF(descr_.ptr());  // the constructor takes over one reference to the dtype
-    PyObject* out = api.PyArray_NewFromDescr_(api.PyArray_Type_, descr_.ptr(), static_cast<int>(out_dims_.size()),
-                                              const_cast<Py_intptr_t*>(out_dims_.data()), nullptr, nullptr, 0, nullptr);
+  // A new C-contiguous array of out_dims_ for the input at `in` (owned_array.h).
+  py::object new_output(const void* in) const {
+    PyObject* out = new_output_array(descr_.ptr(), out_dims_, in);
     if (out == nullptr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(out);
   }

@@ -10,7 +10,7 @@ namespace {
 constexpr size_t kMaxBuffers = 4;
 constexpr size_t kMaxBytes = size_t(1) << 30;
 // Below this, malloc serves from its heap without mmap: nothing to save, so such buffers bypass the pool.
-constexpr size_t kMinBytes = size_t(128) << 10;
+constexpr size_t kMinBytes = kPooledOutputBytes;
 
 class Pool {
  public:
@@ -18,11 +18,12 @@ class Pool {
     std::lock_guard<std::mutex> lock(mu_);
     // Best fit among the waiting buffers that hold `bytes` without reallocating and are at most twice
     // as large (a small request must not take, and then shrink, a big buffer that the next big request
-    // would have to allocate and fault in again).
+    // would have to allocate and fault in again); among equals the one released last, whose lines are
+    // likeliest still in cache.
     size_t best = free_.size();
     for (size_t i = 0; i < free_.size(); ++i) {
       size_t cap = free_[i]->capacity();
-      if (cap >= bytes && cap / 2 <= bytes && (best == free_.size() || cap < free_[best]->capacity())) best = i;
+      if (cap >= bytes && cap / 2 <= bytes && (best == free_.size() || cap <= free_[best]->capacity())) best = i;
     }
     if (best == free_.size()) return nullptr;
     OutputBuffer* v = free_[best];

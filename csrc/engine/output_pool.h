@@ -1,4 +1,5 @@
-// Reused output memory for allgather/alltoall through the engine (Result.output).
+// Reused output memory for allgather/alltoall through the engine (Result.output), and for the new arrays
+// that allreduce, broadcast and reducescatter return to Python (bindings/owned_array.h, new_output_array).
 //
 // Those outputs are allocated by the engine and handed to Python (a numpy array owns them through a
 // capsule). A fresh 64 MiB buffer costs page faults on first touch (glibc maps allocations that large with
@@ -19,6 +20,9 @@
 #include "engine/output_bytes.h"
 
 namespace phv {
+
+// Outputs from this size up come from the pool; smaller ones from malloc's heap, where they cost nothing.
+constexpr size_t kPooledOutputBytes = size_t(128) << 10;
 
 // bytes of output memory starting at offset `lead` within a 64-byte line (copy_phase of the request's
 // input; 0-63): contents unspecified (a reused buffer keeps old bytes; the caller overwrites).

@@ -133,19 +133,39 @@ void test_allgather(int p, const Tuning& tuning) {
   });
 }
 
-void test_broadcast(int p, const Tuning& tuning, const char* name) {
+// out_of_place: the root's bytes are in a separate input, which must stay as it was, and its buf starts
+// as garbage like everyone else's.
+void test_broadcast(int p, const Tuning& tuning, const char* name, bool out_of_place = false) {
   run_world(p, name, [&](const Comm& comm) {
     for (size_t bytes : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(70001)})
       for (int root = 0; root < p; ++root) {
-        std::vector<unsigned char> buf(bytes + 1, 0xee);
-        if (comm.rank() == root)
-          for (size_t j = 0; j < bytes; ++j) buf[j] = pattern(root, j);
-        broadcast(comm, buf.data(), bytes, root, tuning, soon());
+        std::vector<unsigned char> buf(bytes + 1, 0xee), input(bytes);
+        for (size_t j = 0; j < bytes; ++j) input[j] = pattern(root, j);
+        if (comm.rank() == root && !out_of_place) std::memcpy(buf.data(), input.data(), bytes);
+        broadcast(comm, buf.data(), bytes, root, tuning, soon(), out_of_place ? input.data() : nullptr);
         size_t bad = 0;
-        for (size_t j = 0; j < bytes; ++j) bad += buf[j] != pattern(root, j);
+        for (size_t j = 0; j < bytes; ++j) bad += (buf[j] != pattern(root, j)) + (input[j] != pattern(root, j));
         CHECK(bad == 0 && buf[bytes] == 0xee, "%s p=%d rank %d root %d bytes %zu: %zu wrong", name, p, comm.rank(),
               root, bytes, bad);
       }
+  });
+}
+
+// The ring out of place with a postscale: bit for bit what it gives in place (the same rounding), and
+// the input left as it was.
+void test_out_of_place_postscale(int p, const Tuning& tuning) {
+  run_world(p, "ring_allreduce(out of place, postscale)", [&](const Comm& comm) {
+    for (DataType dt : {DataType::FLOAT32, DataType::FLOAT64, DataType::FLOAT16, DataType::BFLOAT16}) {
+      const size_t count = 5003, es = dtype_size(dt);
+      std::vector<char> input(count * es), saved, inplace, out(count * es, 0x33);
+      for (size_t i = 0; i < count; ++i) store(dt, input.data(), i, static_cast<double>((i * 7 + comm.rank()) % 61));
+      saved = inplace = input;
+      ring_allreduce(comm, inplace.data(), count, dt, ReduceOp::SUM, tuning, soon(), 0.3);
+      ring_allreduce(comm, out.data(), count, dt, ReduceOp::SUM, tuning, soon(), 0.3, input.data());
+      CHECK(out == inplace && input == saved,
+            "out-of-place postscale p=%d rank %d %s: differs (%d) or input changed (%d)", p, comm.rank(),
+            dtype_name(dt), out != inplace, input != saved);
+    }
   });
 }
 
@@ -328,6 +348,22 @@ int main() {
   AllreduceFn chosen = [](const Comm& c, void* b, size_t n, DataType dt, ReduceOp op, const Tuning& t) {
     allreduce(c, b, n, dt, op, t, soon());
   };
+  // Out of place: the operands move to a separate input (checked unchanged after) and b starts as garbage.
+  auto out_of_place =
+      [](std::function<void(const Comm&, void*, size_t, DataType, ReduceOp, const Tuning&, const void*)> run) {
+        return [run](const Comm& c, void* b, size_t n, DataType dt, ReduceOp op, const Tuning& t) {
+          const size_t bytes = n * dtype_size(dt);
+          std::vector<char> input(static_cast<char*>(b), static_cast<char*>(b) + bytes), saved = input;
+          std::memset(b, 0x6b, bytes);
+          run(c, b, n, dt, op, t, input.data());
+          CHECK(input == saved, "rank %d %s %s count=%zu: the input changed", c.rank(), dtype_name(dt),
+                reduce_op_name(op), n);
+        };
+      };
+  AllreduceFn ring_from = out_of_place([](const Comm& c, void* b, size_t n, DataType dt, ReduceOp op, const Tuning& t,
+                                          const void* in) { ring_allreduce(c, b, n, dt, op, t, soon(), 1.0, in); });
+  AllreduceFn chosen_from = out_of_place([](const Comm& c, void* b, size_t n, DataType dt, ReduceOp op, const Tuning& t,
+                                            const void* in) { allreduce(c, b, n, dt, op, t, soon(), 1.0, in); });
   Tuning force_binomial, force_chain = many_segments;
   force_binomial.small_threshold_bytes = size_t(1) << 30;
   force_chain.small_threshold_bytes = 1;
@@ -337,6 +373,10 @@ int main() {
     test_allreduce(p, "ring_allreduce(default)", ring, defaults);
     test_allreduce(p, "small_allreduce", small, defaults);
     test_allreduce(p, "allreduce", chosen, defaults);
+    test_allreduce(p, "ring_allreduce(seg 64, out of place)", ring_from, many_segments);
+    test_allreduce(p, "ring_allreduce(default, out of place)", ring_from, defaults);
+    test_allreduce(p, "allreduce(out of place)", chosen_from, defaults);
+    test_out_of_place_postscale(p, many_segments);
     test_identical(p, "ring_allreduce(seg 64)", ring, many_segments);
     test_identical(p, "small_allreduce", small, defaults);
     test_large_allreduce(p);
@@ -345,6 +385,9 @@ int main() {
     test_broadcast(p, force_binomial, "broadcast(binomial)");
     test_broadcast(p, force_chain, "broadcast(chain)");
     test_broadcast(p, defaults, "broadcast(default)");
+    test_broadcast(p, force_binomial, "broadcast(binomial, out of place)", true);
+    test_broadcast(p, force_chain, "broadcast(chain, out of place)", true);
+    test_broadcast(p, defaults, "broadcast(default, out of place)", true);
     test_alltoall(p);
     test_reducescatter(p, many_segments);
     test_reducescatter(p, defaults);
@@ -357,6 +400,8 @@ int main() {
   for (int p : kWorlds) {
     test_allreduce(p, "ring_allreduce(seg 64, in place)", ring, many_segments);
     test_allreduce(p, "ring_allreduce(default, in place)", ring, defaults);
+    test_allreduce(p, "ring_allreduce(seg 64, in place world, out of place)", ring_from, many_segments);
+    test_out_of_place_postscale(p, many_segments);
     test_identical(p, "ring_allreduce(seg 64, in place)", ring, many_segments);
     test_large_allreduce(p);
     test_reducescatter(p, many_segments);

@@ -62,6 +62,14 @@ void ExplainingTransport::write_direct(int peer, uint64_t addr, const void* src,
   }
 }
 
+void ExplainingTransport::start_posted() {
+  try {
+    inner_.start_posted();
+  } catch (const HvdError& e) {
+    rethrow(e);
+  }
+}
+
 void ExplainingTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   try {
     inner_.progress(completed, deadline);

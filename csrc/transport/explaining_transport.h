@@ -42,6 +42,8 @@ class ExplainingTransport : public Transport {
   size_t direct_bytes_in(bool wide) const override { return inner_.direct_bytes_in(wide); }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
+  void start_posted() override;
+  void set_wait_spin_us(long us) override { inner_.set_wait_spin_us(us); }
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return inner_.pending(); }
   std::string describe_peer(int peer) const override { return inner_.describe_peer(peer); }

@@ -167,6 +167,11 @@ void TcpTransport::complete(const Transfer& t) {
   --pending_;
 }
 
+void TcpTransport::start_posted() {
+  if (failure_) throw *failure_;
+  for (auto& link : links_) link->pump();
+}
+
 void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline) {
   if (failure_) throw *failure_;
   bool first = true;
@@ -213,7 +218,8 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
 }
 
 bool TcpTransport::spin() {
-  // Before sleeping in poll(), poll the rings for up to spin_us_: a peer that is a few microseconds
+  // Before sleeping in poll(), poll the rings for up to spin_us_ (or a collective's longer
+  // set_wait_spin_us): a peer that is a few microseconds
   // behind answers without a doorbell or a wake-up (~30 us each on loopback). The first pause_ns_ spin
   // with the pause instruction: a peer running on another core answers within that (a 4-byte allreduce
   // at n=2 took 0.9 us pause-spinning, as Open MPI, and 1.2 us yielding on every turn). After that every
@@ -222,7 +228,7 @@ bool TcpTransport::spin() {
   // (RESULTS.md). With nothing else runnable sched_yield() returns at once.
   if (spin_us_ <= 0) return false;
   const Clock::time_point start = Clock::now();
-  const auto limit = std::chrono::microseconds(spin_us_);
+  const auto limit = std::chrono::microseconds(std::max<long>(spin_us_, wait_spin_us_));
   const auto pause_for = std::chrono::nanoseconds(pause_ns_);
   bool any = false;
   Clock::duration elapsed{};

@@ -57,6 +57,8 @@ class TcpTransport : public Transport, private LinkHost {
   size_t broadcast_direct_bytes() const override { return direct_.broadcast_direct_bytes; }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;
+  void start_posted() override;
+  void set_wait_spin_us(long us) override { wait_spin_us_ = us; }
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override { return pending_; }
   std::string describe_peer(int peer) const override;
@@ -93,6 +95,7 @@ class TcpTransport : public Transport, private LinkHost {
 
   int rank_, size_;
   int spin_us_;
+  long wait_spin_us_ = 0;  // set_wait_spin_us()
   long pause_ns_;   // spin(): spin with the pause instruction this long, then yield on every turn
   bool in_place_;
   bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled

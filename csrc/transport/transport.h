@@ -78,6 +78,20 @@ class Transport {
   virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
   virtual void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op);
 
+  // Moves what the posted requests can move right now, without waiting (sends go into rings and
+  // sockets as far as they have room); their completions are reported by progress() as usual. Posting
+  // only queues a request, so a collective that posts small messages (single-copy descriptors) and then
+  // copies locally for a while calls this in between: otherwise its peers would wait for its messages
+  // until its copy ended. The default, for transports whose progress() does all the work, is a no-op.
+  virtual void start_posted() {}
+
+  // Until called again with 0: waits poll for up to `us` microseconds before sleeping, where the
+  // transport's own setting (PYHOROVOD_SHM_SPIN_US) is shorter. For a wait that is known to end soon:
+  // a peer copying into our buffer as much as we just copied into its. Sleeping there cost a wake-up of
+  // 50-70 us after the peer's last byte, while the memory the copies share stood idle. A transport that
+  // never spins (the setting is 0) ignores it.
+  virtual void set_wait_spin_us(long /*us*/) {}
+
   // Drives I/O. Returns once at least one posted request has completed (appending the ids of all that
   // completed since the last call to `completed`), or when nothing is pending. Throws on deadline/failure.
   virtual void progress(std::vector<RequestId>& completed, Deadline deadline) = 0;

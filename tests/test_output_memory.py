@@ -74,7 +74,7 @@ def body(count, phase):
 
 
 def test_large_outputs_come_from_the_pool_placed_like_the_input():
-    count = (1 << 20) // 4 + 3   # 1 MiB and 12 bytes (a reducescatter block stays above the pool's floor)
+    count = (4 << 20) // 4 + 3   # 4 MiB and 12 bytes (a reducescatter block stays above the pool's floor)
     results = run_ranks(body, 2, args=(count, 24), timeout=120)
     assert [r.value for r in results] == [6, 6]
 

@@ -9,6 +9,17 @@
 
 namespace phv {
 
+namespace {
+
+// An out-of-place allreduce from this size up hands its input to the algorithm (the ring reads its
+// operands there); below it the input is copied into the output first. In cache, memcpy's string copy
+// fills the output without reading it first, and the reductions then hit cache; reading input and
+// output apart lost 3-14% at 256 KiB-2 MiB at 2 ranks and won 3-49% from 3 MiB (RESULTS.md, "Out of
+// place without the copy"). A local choice: the ring's messages are the same either way.
+constexpr size_t kOperandsFromInputBytes = size_t(2) << 20;
+
+}  // namespace
+
 void HostBackend::set_knobs(int allreduce_mode, int64_t segment_bytes) {
   std::lock_guard<std::mutex> lock(knobs_mu_);
   if (allreduce_mode >= -1) pending_mode_ = allreduce_mode;
@@ -67,11 +78,12 @@ void HostBackend::allreduce(const Comm& comm, const std::vector<BufferEntry>& en
   const void* operands = nullptr;  // out of place: the input, read by the algorithm
   if (e.input != nullptr) {
     buf = static_cast<uint8_t*>(e.output);
-    const bool apart = !ranges_overlap(e.input, e.count * esize, buf, e.count * esize);
-    if (e.input != e.output && prescale == 1.0 && apart) {
+    const size_t bytes = e.count * esize;
+    const bool apart = !ranges_overlap(e.input, bytes, buf, bytes);
+    if (e.input != e.output && prescale == 1.0 && apart && bytes >= kOperandsFromInputBytes) {
       operands = e.input;
     } else if (e.input != e.output && e.count > 0) {
-      std::memmove(buf, e.input, e.count * esize);
+      std::memmove(buf, e.input, bytes);
     }
     if (prescale != 1.0) scale_buffer(buf, e.count, dt, prescale);
   } else {

@@ -59,7 +59,7 @@ void* host_pointer(py::handle obj, BufferAccess access) {
 }  // namespace
 
 void register_ops(py::module_& m) {
-  m.attr("POOLED_OUTPUT_BYTES") = kPooledOutputBytes;
+  m.attr("POOLED_OUTPUT_BYTES") = kPooledNewOutputBytes;
   m.def(
       "empty_output",
       [](const py::dtype& dtype, const std::vector<py::ssize_t>& shape, uintptr_t input) {

@@ -10,7 +10,7 @@ namespace {
 constexpr size_t kMaxBuffers = 4;
 constexpr size_t kMaxBytes = size_t(1) << 30;
 // Below this, malloc serves from its heap without mmap: nothing to save, so such buffers bypass the pool.
-constexpr size_t kMinBytes = kPooledOutputBytes;
+constexpr size_t kMinBytes = size_t(128) << 10;
 
 class Pool {
  public:

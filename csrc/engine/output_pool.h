@@ -21,8 +21,11 @@
 
 namespace phv {
 
-// Outputs from this size up come from the pool; smaller ones from malloc's heap, where they cost nothing.
-constexpr size_t kPooledOutputBytes = size_t(128) << 10;
+// The new arrays that allreduce, broadcast and reducescatter return come from the pool from this size up
+// (a huge page). Smaller ones are numpy's own: malloc serves them from its heap, already faulted in, and
+// the pool's bookkeeping cost more than it saved (an asynchronous 2-rank allreduce of 0.25-1 MiB: 1-7%
+// slower pooled; 4-64 MiB: 6-49% faster; RESULTS.md, "Out of place without the copy").
+constexpr size_t kPooledNewOutputBytes = size_t(2) << 20;
 
 // bytes of output memory starting at offset `lead` within a 64-byte line (copy_phase of the request's
 // input; 0-63): contents unspecified (a reused buffer keeps old bytes; the caller overwrites).

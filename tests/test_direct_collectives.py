@@ -30,7 +30,7 @@ def test_api_exact(size, mode):
     dtype = ("float32", "int32", "float64")[size % 3]
     counts = {dtype: _counts(dtype)}
     results = run_ranks(body, size, args=(counts, False), timeout=180, env=MODES[mode])
-    want = len(counts[dtype]) * (4 + size)
+    want = len(counts[dtype]) * (5 + size)
     assert [r.value for r in results] == [want] * size
     refused = ["refused by the test hook" in r.stderr for r in results]
     assert refused == [mode == "refused"] * size

@@ -48,6 +48,11 @@ def body(counts_by_dtype, big):
             assert np.array_equal(out, _values(root, count, dt, seed + root)), f"broadcast {dt} {count} {root}"
             assert np.array_equal(x, _values(rank, count, dt, seed + root)), f"broadcast {dt} {count}: input changed"
             checks += 1
+        # and in place, from the last rank
+        x = _values(rank, count, dt, seed + 5)
+        assert hvd.broadcast_(x, size - 1, name=f"bc_.{dt}.{count}") is x
+        assert np.array_equal(x, _values(size - 1, count, dt, seed + 5)), f"broadcast_ {dt} {count}"
+        checks += 1
         # alltoall, uneven splits: rank r sends count // size + (r + j) % 3 elements to rank j
         base = max(count // size, 1)
         splits = [base + (rank + j) % 3 for j in range(size)]
@@ -103,6 +108,6 @@ def test_large_collectives(size, shm):
     counts = {dt: _counts(dt) for dt in dtypes}
     big = size == 2 and shm == "1"
     results = run_ranks(body, size, args=(counts, big), timeout=180, env={"PYHOROVOD_SHM": shm})
-    per_case = 4 + size  # allgather, one broadcast per root, alltoall, reducescatter, allreduce
+    per_case = 5 + size  # allgather, one broadcast per root and one in place, alltoall, reducescatter, allreduce
     want = sum(len(c) for c in counts.values()) * per_case + (5 if big else 0)
     assert [r.value for r in results] == [want] * size

@@ -10,7 +10,8 @@
 //    own. Each reader reads all but the last 1/p of the buffer while the root writes that last part
 //    straight into the reader's buffer (process_vm_writev): otherwise the root would sit idle while the
 //    readers copy, and at 2 ranks one core would do all the work. Each side then tells the other it is
-//    done. One copy per byte, where the chain copies twice per hop.
+//    done. One copy per byte, where the chain copies twice per hop. A root that also copies a large buffer
+//    into its own output (out of place) writes nothing: readers then read it all, and each side copies once.
 //  - reducescatter: every rank publishes block q of its input to rank q; rank r builds block r in its
 //    output in rank order 0, 1, .., p-1 (the same order on every rank: the result does not depend on who
 //    reduces): rank 0's block read straight into the output, the others' read piece by piece into a
@@ -32,6 +33,11 @@ namespace {
 constexpr size_t kDescriptorBytes = 16;  // {address u64, length u64}, little-endian
 // reducescatter reads another rank's block in pieces of this size and reduces each while in cache.
 constexpr size_t kReducePieceBytes = size_t(1) << 20;
+// An out-of-place broadcast's root writes no share of the readers' buffers from this size up (it copies
+// the whole buffer into its own output instead). At 2 ranks that gained 13-30% at 16-64 MiB, went both
+// ways at 8 MiB (0.80-1.25) and lost 10-52% at 2-4 MiB, where numpy's inputs are on small pages, which
+// the readers' reads then crawl through (RESULTS.md, "Out of place without the copy").
+constexpr size_t kRootCopiesAloneBytes = size_t(16) << 20;
 // The longest wait_spinning() polls: past it a wake-up (50-70 us) costs under 1% of the wait.
 constexpr Clock::duration kMaxCopySpin = std::chrono::milliseconds(10);
 
@@ -110,6 +116,10 @@ void DirectExchange::write(int to, size_t want, size_t at, const void* src, size
   comm_.transport->write_direct(comm_.global(to), published(to, want, at, len).addr + at, src, len, op_);
 }
 
+size_t DirectExchange::published_bytes(int from) const {
+  return load_le<uint64_t>(in_.data() + kDescriptorBytes * static_cast<size_t>(from) + 8);
+}
+
 size_t DirectExchange::phase(int from, size_t want, size_t at, size_t item_bytes) const {
   return copy_phase(published(from, want, at, 0).addr + at, item_bytes);
 }
@@ -151,22 +161,26 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
 
 void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadline deadline, const void* src) {
   const int p = comm.size(), r = comm.rank();
-  const size_t share = bytes / static_cast<size_t>(p);  // the root writes the last `share` bytes of each reader
-  const size_t head = bytes - share;                    // each reader reads the rest
   char* b = static_cast<char*>(buf);
   DirectExchange x(comm, "broadcast", deadline);
   const Clock::time_point copying = Clock::now();
+  // The root writes the last `share` bytes of each reader, which reads the first `head`: 1/p each, or,
+  // when the root also copies a large buffer into its own output (out of place), none, so that the root
+  // and the readers each copy the buffer once. The root publishes `head` as its buffer's length.
+  const size_t share_if_in_place = bytes / static_cast<size_t>(p);
   if (r == root) {
     const char* from = static_cast<const char*>(src);
+    const bool root_copies = from != b && bytes >= kRootCopiesAloneBytes;
+    const size_t share = root_copies ? 0 : share_if_in_place, head = bytes - share;
     for (int q = 0; q < p; ++q) {
       if (q == r) continue;
       x.post_expect(q);
-      x.post_publish(q, from, bytes);  // the readers read from where the bytes are
+      x.post_publish(q, from, head);  // the readers read from where the bytes are
     }
     x.wait();
     for (int s = 1; s < p; ++s) {
       const int q = (root + s) % p;
-      x.write(q, bytes, head, from + head, share);
+      if (share > 0) x.write(q, bytes, head, from + head, share);
       x.post_done(q);
     }
     if (from != b) {  // out of place: our own copy while the readers read
@@ -182,7 +196,12 @@ void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadl
   x.post_expect(root);
   x.post_publish(root, buf, bytes);
   x.wait();
-  x.read(root, bytes, 0, b, head);
+  const size_t head = x.published_bytes(root);
+  if (head != bytes && head != bytes - share_if_in_place)
+    throw_peer_error(ErrorKind::INTERNAL, comm.global(root), "rank ", comm.transport->rank(), ": broadcast: ",
+                     comm.transport->describe_peer(comm.global(root)), " published ", head, " bytes to read of ",
+                     bytes, " (ranks disagree on the size)");
+  x.read(root, head, 0, b, head);
   x.post_done(root);
   x.post_wait_done(root);  // until then the root may still be writing our last part
   x.wait_spinning(Clock::now() - copying);

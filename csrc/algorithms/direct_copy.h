@@ -50,6 +50,8 @@ class DirectExchange {
   void read(int from, void* dst, size_t len) { read(from, len, 0, dst, len); }
   // Copies len bytes of src to offset `at` of what `to` published (checking its length is `want`).
   void write(int to, size_t want, size_t at, const void* src, size_t len);
+  // The length `from` published (after wait()), unchecked: for a protocol where it carries a decision.
+  size_t published_bytes(int from) const;
   // copy_phase (transport/cross_memory.h) of offset `at` of what `from` published, for items of item_bytes.
   size_t phase(int from, size_t want, size_t at, size_t item_bytes) const;
 

@@ -198,9 +198,9 @@ void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadl
   x.wait();
   const size_t head = x.published_bytes(root);
   if (head != bytes && head != bytes - share_if_in_place)
-    throw_peer_error(ErrorKind::INTERNAL, comm.global(root), "rank ", comm.transport->rank(), ": broadcast: ",
-                     comm.transport->describe_peer(comm.global(root)), " published ", head, " bytes to read of ",
-                     bytes, " (ranks disagree on the size)");
+    throw_peer_error(ErrorKind::INTERNAL, comm.global(root), "rank ", comm.transport->rank(),
+                     ": broadcast: ", comm.transport->describe_peer(comm.global(root)), " published ", head,
+                     " bytes to read of ", bytes, " (ranks disagree on the size)");
   x.read(root, head, 0, b, head);
   x.post_done(root);
   x.post_wait_done(root);  // until then the root may still be writing our last part

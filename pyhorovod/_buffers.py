@@ -109,7 +109,7 @@ def new_output(arr: np.ndarray, shape=None) -> np.ndarray:
     shape = arr.shape if shape is None else tuple(shape)
     if arr.dtype.itemsize * int(np.prod(shape, dtype=np.int64)) < _POOLED_BYTES:
         return np.empty(shape, dtype=arr.dtype)
-    return _core.empty_output(arr.dtype, list(shape), arr.ctypes.data)
+    return _core.empty_output(arr.dtype, list(shape), host_pointer(arr))
 
 
 def host_pointer(arr: np.ndarray) -> int:

@@ -1,6 +1,6 @@
 // A numpy array over bytes the engine allocated (an allgather's or alltoall's output) that owns them: a
 // capsule holds the shared_ptr, so the bytes live exactly as long as the array, and nothing is copied.
-// pooled_array: a new, uninitialized output of another collective on the same memory.
+// new_output_array: a new, uninitialized output of another collective, on the same memory when large.
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -219,13 +219,13 @@ void TcpTransport::progress(std::vector<RequestId>& completed, Deadline deadline
 
 bool TcpTransport::spin() {
   // Before sleeping in poll(), poll the rings for up to spin_us_ (or a collective's longer
-  // set_wait_spin_us): a peer that is a few microseconds
-  // behind answers without a doorbell or a wake-up (~30 us each on loopback). The first pause_ns_ spin
-  // with the pause instruction: a peer running on another core answers within that (a 4-byte allreduce
-  // at n=2 took 0.9 us pause-spinning, as Open MPI, and 1.2 us yielding on every turn). After that every
-  // turn yields the CPU, so a peer that waits for our core (more ranks than cores, or other jobs on the
-  // machine) runs meanwhile: under load, yielding took 12 us where pause-spinning took 237 us
-  // (RESULTS.md). With nothing else runnable sched_yield() returns at once.
+  // set_wait_spin_us): a peer that is a few microseconds behind answers without a doorbell or a
+  // wake-up (~30 us each on loopback). The first pause_ns_ spin with the pause instruction: a peer
+  // running on another core answers within that (a 4-byte allreduce at n=2 took 0.9 us pause-spinning,
+  // as Open MPI, and 1.2 us yielding on every turn). After that every turn yields the CPU, so a peer
+  // that waits for our core (more ranks than cores, or other jobs on the machine) runs meanwhile: under
+  // load, yielding took 12 us where pause-spinning took 237 us (RESULTS.md). With nothing else runnable
+  // sched_yield() returns at once.
   if (spin_us_ <= 0) return false;
   const Clock::time_point start = Clock::now();
   const auto limit = std::chrono::microseconds(std::max<long>(spin_us_, wait_spin_us_));

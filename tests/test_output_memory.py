@@ -9,18 +9,11 @@ stay plain numpy arrays.
 import numpy as np
 
 from mp import run_ranks
+from test_direct_collectives import _at_phase
 
 
 def _values(rank, count, seed):
     return ((np.arange(count, dtype=np.int64) * (rank + 3) + seed) % 53).astype(np.float32)
-
-
-def _at_phase(values, phase):
-    raw = np.empty(values.nbytes + 64, np.uint8)
-    start = (phase - raw.ctypes.data) % 64
-    placed = raw[start:start + values.nbytes].view(values.dtype)
-    placed[...] = values
-    return placed
 
 
 def body(count, phase):

@@ -15,6 +15,7 @@ For a CUDA array:
 Host buffers are checked here too (C-contiguous; writable for in-place ops), so every front shares the
 error messages.
 """
+import math
 from typing import Optional, Tuple
 
 import numpy as np
@@ -106,8 +107,12 @@ def new_output(arr: np.ndarray, shape=None) -> np.ndarray:
     collective on `arr`, contents unspecified. Large ones come from the engine's output pool (reused
     memory, placed like arr within its cache line): numpy maps each large array afresh and faults it in
     page by page, which cost an asynchronous 64 MiB allreduce at 2 ranks a third of its time."""
-    shape = arr.shape if shape is None else tuple(shape)
-    if arr.dtype.itemsize * int(np.prod(shape, dtype=np.int64)) < _POOLED_BYTES:
+    if shape is None:
+        shape, nbytes = arr.shape, arr.nbytes
+    else:
+        shape = tuple(shape)
+        nbytes = arr.dtype.itemsize * math.prod(shape)
+    if nbytes < _POOLED_BYTES:
         return np.empty(shape, dtype=arr.dtype)
     return _core.empty_output(arr.dtype, list(shape), host_pointer(arr))
 

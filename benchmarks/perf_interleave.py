@@ -15,10 +15,11 @@ survives it. Per batch we record the slowest rank's wall time per call and the C
 getrusage) per call of every rank, which does not depend on how the load shares the cores.
 
 Candidates: core (shared memory on), core-tcp (off), api (the public numpy API, under mpirun only), mpi
-(Open MPI; TCP only with --mpi-tcp), gloo (allreduce only). --op picks the collective (allreduce by
-default); sizes as in collectives.py: the buffer for allreduce and broadcast, the gathered output for
-allgather, one rank's input for alltoall and reducescatter. --align-2m starts every buffer on a 2 MiB
-boundary (see on_huge_pages).
+(Open MPI; TCP only with --mpi-tcp), gloo (allreduce only); api-new and mpi-new time the out-of-place
+allreduce and broadcast (a new output, the input kept) and are api and mpi for the other ops. --op picks
+the collective (allreduce by default); sizes as in collectives.py: the buffer for allreduce and
+broadcast, the gathered output for allgather, one rank's input for alltoall and reducescatter.
+--align-2m starts every buffer on a 2 MiB boundary (see on_huge_pages).
 A core candidate may carry options after a colon: seg=BYTES (segment size), win=N (segments in flight),
 small=BYTES (small-message threshold), spin=US (shm spin before sleeping), yield=-1|0|1, ring=BYTES (shm
 ring size), zerocopy=0|1 (reduce straight from the shm ring), direct=BYTES (single copies from this size
@@ -132,6 +133,35 @@ class Mpi(W.MpiBackend):
     pass
 
 
+class ApiNew(W.ApiBackend):
+    """api-new: the API's out-of-place allreduce and broadcast, the forms most Horovod scripts call; each
+    returns a new array and leaves its input as it was (the other ops are out of place already)."""
+    out_of_place = True
+
+    def allreduce_new(self, a, recv):
+        return self.h.allreduce(a, op=self.h.Sum)
+
+    def broadcast_new(self, a, recv):
+        return self.h.broadcast(a, root_rank=0)
+
+
+class MpiNew(Mpi):
+    """mpi-new: what an mpi4py user writes for the same: Allreduce into a separate receive buffer; a
+    broadcast that keeps its input copies it into the receive buffer on the root first (MPI's Bcast has
+    no out-of-place form)."""
+    out_of_place = True
+
+    def allreduce_new(self, a, recv):
+        self.comm.Allreduce(a, recv, op=self.MPI.SUM)
+        return recv
+
+    def broadcast_new(self, a, recv):
+        if self.rank == 0:
+            recv[:] = a
+        self.comm.Bcast(recv, root=0)
+        return recv
+
+
 class Gloo:
     def __init__(self, rank, size, port):
         import torch
@@ -183,6 +213,15 @@ def _make_call(o, op, nbytes, rank, size, align):
     place = on_huge_pages if align else (lambda a: a)
     count = max(1, nbytes // 4)
     base = (np.arange(count) % 7 + 1).astype(np.float32)
+    if op in ("allreduce", "broadcast") and getattr(o, "out_of_place", False):
+        a = place(base * (rank + 1) if op == "allreduce" else base * (3 if rank == 0 else 5))
+        keep = a.copy()
+        want = base * (size * (size + 1) // 2) if op == "allreduce" else base * 3
+        fn, recv, got = getattr(o, op + "_new"), place(np.empty_like(a)), [None]
+
+        def call():
+            got[0] = fn(a, recv)
+        return call, (lambda: int(np.count_nonzero(got[0] != want)) + int(np.count_nonzero(a != keep)))
     if op == "allreduce":
         a = place(base * (rank + 1))
         state = {"want": base * (size * (size + 1) // 2)}
@@ -232,6 +271,10 @@ def worker(args):
             objs[c] = Mpi()
         elif c == "api":   # the public numpy API (engine, negotiation, engine-allocated outputs)
             objs[c] = W.ApiBackend()
+        elif c == "api-new":
+            objs[c] = ApiNew()
+        elif c == "mpi-new":
+            objs[c] = MpiNew()
         elif c == "gloo":
             objs[c] = Gloo(rank, size, gport)
         else:

@@ -14,6 +14,7 @@ BENCH = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCH)
 import collectives  # noqa: E402
 import paired_sweep  # noqa: E402
+import perf_interleave  # noqa: E402
 import common as C  # noqa: E402
 import scaling_model  # noqa: E402
 
@@ -206,3 +207,33 @@ def test_paired_sweep_sizes_and_counts(capsys):
     assert "api at least as fast as mpi: 1 of 3 cells; at least 0.9x as fast: 1" in out
     assert "2 cells under 0.9 of mpi; in 1 of them the raw core is at least 0.9x as fast" in out
     assert out.rstrip().endswith("as fast as mpi in: n=2 allreduce 4B (0.71)"), out
+
+
+def test_perf_interleave_out_of_place_checks():
+    """The out-of-place candidates (api-new, mpi-new) are checked on what they return and on their input,
+    which must stay as it was: a right answer counts 0 wrong, a wrong one or a changed input does not."""
+
+    class Fake:   # rank 1 of 2; what a correct allreduce/broadcast out of place returns
+        out_of_place = True
+
+        def __init__(self, spoil_input=False, spoil_output=False):
+            self.spoil_input, self.spoil_output = spoil_input, spoil_output
+
+        def _finish(self, a, out):
+            if self.spoil_input:
+                a[0] += 1
+            if self.spoil_output:
+                out[-1] += 1
+            return out
+
+        def allreduce_new(self, a, recv):   # rank 0 holds base * 1, rank 1 base * 2
+            return self._finish(a, a / 2 * 3)
+
+        def broadcast_new(self, a, recv):   # the root (rank 0) holds base * 3
+            return self._finish(a, a / 5 * 3)
+
+    for op in ("allreduce", "broadcast"):
+        for fake, want_bad in ((Fake(), 0), (Fake(spoil_input=True), 1), (Fake(spoil_output=True), 1)):
+            call, check = perf_interleave.make_call(fake, op, 64, rank=1, size=2)
+            call()
+            assert check() == want_bad, (op, vars(fake))

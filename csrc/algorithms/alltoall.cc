@@ -20,6 +20,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/direct_copy.h"
 #include "common/error.h"
+#include "common/stream_copy.h"
 
 namespace phv {
 
@@ -66,7 +67,7 @@ void alltoallv(const Comm& comm, const void* send, const std::vector<size_t>& se
   }
   tr->start_posted();  // on their way now, not once our copy is done
   const Clock::time_point copying = Clock::now();
-  if (send_bytes[ur] > 0) std::memmove(d + roff[ur], s + soff[ur], send_bytes[ur]);
+  if (send_bytes[ur] > 0) copy_streaming(d + roff[ur], s + soff[ur], send_bytes[ur]);
   // The blocks that travel through the transport: all steps in flight within one host, one otherwise.
   const bool all_at_once = tr->shared_memory_everywhere();
   for (int step = 1; step < p; ++step) {

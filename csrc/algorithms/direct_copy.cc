@@ -25,6 +25,7 @@
 #include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/reduce.h"
+#include "common/stream_copy.h"
 #include "transport/cross_memory.h"
 
 namespace phv {
@@ -146,7 +147,7 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
   // Our own block while the descriptors travel: peers may already be writing to us.
   comm.transport->start_posted();
   const Clock::time_point copying = Clock::now();
-  if (mine.count > 0 && out + mine.offset != send) std::memmove(out + mine.offset, send, mine.count);
+  if (mine.count > 0 && out + mine.offset != send) copy_streaming(out + mine.offset, send, mine.count);
   x.wait();
   for (int s = 1; s < p; ++s) {
     const int q = (r + s) % p;

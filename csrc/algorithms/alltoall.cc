@@ -5,7 +5,8 @@
 // shared-memory ring, so nothing contends) all are posted at once: waiting step by step cost a wake-up
 // per step, which with more ranks than cores was most of a 16 KiB alltoall (16 -> 9 us at 4 ranks on 2
 // cores, RESULTS.md). Zero-length blocks are still exchanged: the transport's length check then catches
-// callers that disagree on the splits. My own block is a local copy.
+// callers that disagree on the splits. My own block is a local copy (streamed past the cache when large:
+// common/stream_copy.h).
 //
 // Single copies (direct_copy.h): for a block of at least Transport::direct_bytes() -- a size both its
 // sender and its receiver know -- the receiver publishes where the block goes in its output (a 16-byte

@@ -144,7 +144,7 @@ void direct_allgatherv(const Comm& comm, const void* send, void* recv, const std
     x.post_expect(q);
     x.post_publish(q, recv, total);
   }
-  // Our own block while the descriptors travel: peers may already be writing to us.
+  // Our own block while the descriptors travel: peers may already be writing to us (large: streamed).
   comm.transport->start_posted();
   const Clock::time_point copying = Clock::now();
   if (mine.count > 0 && out + mine.offset != send) copy_streaming(out + mine.offset, send, mine.count);

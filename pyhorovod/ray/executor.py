@@ -28,6 +28,15 @@ from .worker import RayWorker
 
 _POLL_S = 0.1   # how often run() looks at the results and the progress queue
 
+# How long run() waits, once only echoes have failed, for the error that caused them.
+_ROOT_CAUSE_WAIT_S = 2.0
+
+
+def _is_echo(e) -> bool:
+    """A rank's failure that another rank caused: its collective failed (HorovodInternalError)."""
+    from pyhorovod.errors import HorovodInternalError
+    return isinstance(getattr(e, "cause", None), HorovodInternalError)
+
 
 class RayExecutor:
     """See the module docstring. num_workers (spread over the nodes as Ray sees fit) or num_hosts x
@@ -204,6 +213,14 @@ class RayExecutor:
                 except (RayTaskError, RayActorError) as e:
                     failures.append((index[ref], e))
             self._relay.drain()
+            if failures and pending and all(_is_echo(e) for _, e in failures):
+                # Only echoes so far: the rank whose own error made them may report a moment later.
+                late, pending = ray.wait(pending, num_returns=len(pending), timeout=_ROOT_CAUSE_WAIT_S)
+                for ref in late:
+                    try:
+                        results[index[ref]] = ray.get(ref)
+                    except (RayTaskError, RayActorError) as e:
+                        failures.append((index[ref], e))
             if failures:
                 raise self._failure(failures)
         self._relay.drain()
@@ -212,11 +229,7 @@ class RayExecutor:
     def _failure(self, failures) -> RuntimeError:
         """The error of the rank that failed of a cause of its own, before those whose collectives failed
         because of it (HorovodInternalError), lowest rank among equals."""
-        from pyhorovod.errors import HorovodInternalError
-
-        def echo(e) -> bool:
-            return isinstance(getattr(e, "cause", None), HorovodInternalError)
-        rank, e = min(failures, key=lambda f: (echo(f[1]), f[0]))
+        rank, e = min(failures, key=lambda f: (_is_echo(f[1]), f[0]))
         where = f"rank {rank} (node {self.slots[rank].hostname})"
         if isinstance(e, RayActorError):
             err = RuntimeError(f"RayExecutor: {where} died: {e}")

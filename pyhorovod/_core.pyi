@@ -93,6 +93,7 @@ class EngineOptions:
     dynamic_process_sets: bool; process_sets: list; log_level: int
     gpu_path: str  # "auto", "nccl" or "staged": how CUDA collectives travel (csrc/backends/gpu_path.h)
     copy_path_adapt: str  # "auto", "off", "wide" or "narrow" (csrc/engine/copy_path_vote.h)
+    allreduce_path_adapt: str  # "auto", "off", "single" or "ring" (csrc/engine/copy_path_vote.h)
     hierarchical_allreduce: int  # 1 on, 0 off, -1 chosen per size (csrc/algorithms/hierarchy.h)
     hierarchical_allgather: int
     host_name: str               # ranks with equal names share a host ("": gethostname())

@@ -164,6 +164,14 @@ KNOBS: Tuple[Knob, ...] = (
          "other slowly, single copies do not); `off`: this rank never votes; `wide` / `narrow`: it votes so "
          "once", choices={"auto": "auto", "off": "off", "wide": "wide", "narrow": "narrow"},
          field="shm_direct_adapt", option="engine.copy_path_adapt", newer_core=True),
+    Knob("PYHOROVOD_ALLREDUCE_SINGLE_COPY", "choice", "auto", "shared memory: `auto` times the allreduces of at "
+         "least 4 MiB whose blocks (1/size of the buffer) reach the single-copy threshold in both algorithms "
+         "and votes each rank's faster one; while more than half the ranks vote for single copies, those "
+         "allreduces read and write each other's buffers directly (process_vm_readv / writev) instead of "
+         "going through the ring (which slows several-fold where the host's cores hand cache lines to each "
+         "other slowly); `off`: this rank never votes; `single` / `ring`: it votes so once",
+         choices={"auto": "auto", "off": "off", "single": "single", "ring": "ring"},
+         field="allreduce_single_copy", option="engine.allreduce_path_adapt", newer_core=True),
     Knob("PYHOROVOD_SHM_DIRECT_REFUSE", "bool", False, "test hook: the single-copy probe reports refused, so "
          "every rank keeps the two-copy path", field="shm_direct_refuse_probe",
          option="connect.shm_direct_refuse_probe", newer_core=True),

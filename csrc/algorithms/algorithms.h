@@ -14,7 +14,8 @@ namespace phv {
 // In place: buf (count elements of dt) becomes the reduction over all ranks, times postscale
 // (scale_buffer's rounding). op: SUM/MIN/MAX/PRODUCT (AVERAGE is SUM with postscale 1/size), or ADASUM
 // (adasum_allreduce with one tensor). Chooses the
-// small-message algorithm or the pipelined ring by size (tuning.h). The ring scales only the chunk each
+// small-message algorithm or the pipelined ring by size (tuning.h), or, while the negotiation has chosen it,
+// the single-copy allreduce for large buffers (direct_copy.h). The ring scales only the chunk each
 // rank owns, once it is fully reduced and before it is passed on: 1/p of the buffer per rank instead of
 // a pass over all of it afterwards.
 // input: out of place, this rank's operands (count elements, not overlapping buf, only read); buf then

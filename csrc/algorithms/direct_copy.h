@@ -73,6 +73,17 @@ void direct_broadcast(const Comm& comm, void* buf, size_t bytes, int root, Deadl
 void direct_reducescatter(const Comm& comm, const void* input, void* output, const std::vector<size_t>& counts,
                           DataType dt, ReduceOp op, Deadline deadline);
 
+// The single-copy allreduce (direct_allreduce.cc): allreduce()'s contract for SUM, MIN, MAX and PRODUCT
+// (input: out of place, not overlapping buf). It is a choice the negotiation makes while the job runs
+// (Transport::single_copy_allreduce), for buffers direct_allreduce_eligible() admits: at least
+// kDirectAllreduceMinBytes, and blocks of a rank at least the single-copy threshold. Both depend only on
+// sizes and facts every rank shares, so every rank takes the same algorithm.
+constexpr size_t kDirectAllreduceMinBytes = size_t(16) << 20;
+bool direct_allreduce_eligible(const Comm& comm, size_t bytes);
+bool use_direct_allreduce(const Comm& comm, size_t bytes);  // eligible, and the negotiated mode is on
+void direct_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline,
+                      double postscale = 1.0, const void* input = nullptr);
+
 // True when [a, a + an) and [b, b + bn) share a byte.
 bool ranges_overlap(const void* a, size_t an, const void* b, size_t bn);
 

@@ -106,6 +106,8 @@ void allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp 
   if (!ring) {
     small_allreduce(comm, buf, count, dt, op, deadline);
     if (postscale != 1.0) scale_buffer(buf, count, dt, postscale);
+  } else if (use_direct_allreduce(comm, count * dtype_size(dt))) {
+    direct_allreduce(comm, buf, count, dt, op, deadline, postscale, input);
   } else {
     ring_allreduce(comm, buf, count, dt, op, tuning, deadline, postscale, input);
   }

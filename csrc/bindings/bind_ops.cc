@@ -87,6 +87,7 @@ void register_ops(py::module_& m) {
       .def_readwrite("process_sets", &EngineOptions::process_sets)
       .def_readwrite("gpu_path", &EngineOptions::gpu_path)
       .def_readwrite("copy_path_adapt", &EngineOptions::copy_path_adapt)
+      .def_readwrite("allreduce_path_adapt", &EngineOptions::allreduce_path_adapt)
       .def_readwrite("hierarchical_allreduce", &EngineOptions::hierarchical_allreduce)
       .def_readwrite("hierarchical_allgather", &EngineOptions::hierarchical_allgather)
       .def_readwrite("host_name", &EngineOptions::host_name)

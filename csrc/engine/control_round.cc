@@ -82,6 +82,7 @@ bool ControlRound::step(Step how, Deadline deadline) {
 
 void ControlRound::note_agreed_flags() {
   transport_.set_wide_direct((resp_.flags & kRespWideCopies) != 0);  // before any item of this list runs
+  transport_.set_single_copy_allreduce((resp_.flags & kRespSingleCopyAllreduce) != 0);
   express_on_ = (resp_.flags & kRespExpress) != 0;
   // The flag comes with one INLINE or CACHED item (decide_and_broadcast): its bytes size the express heads.
   if (express_on_)
@@ -117,7 +118,7 @@ void ControlRound::decide_and_broadcast() {
   // Express mode: on after kExpressAfter steady rounds (so a one-off request never pays for a missed
   // express exchange), off after a miss until the rounds are steady again.
   if (last_express_ == Express::MISS) steady_ = 0;
-  const bool one_cached = resp_.n == 1 && (resp_.flags & ~kRespWideCopies) == 0 &&
+  const bool one_cached = resp_.n == 1 && (resp_.flags & ~kRespModeFlags) == 0 &&
                           (resp_.items[0].type == ItemType::INLINE || resp_.items[0].type == ItemType::CACHED) &&
                           ExpressRound::decides(cache_.entry(resp_.items[0].pos));
   steady_ = one_cached ? steady_ + 1 : 0;

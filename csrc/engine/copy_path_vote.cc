@@ -7,13 +7,13 @@
 
 namespace phv {
 
-CopyPathVote::Policy CopyPathVote::parse(const std::string& text) {
+CopyPathVote::Policy CopyPathVote::parse(const std::string& text, const VoteKnob& knob) {
   if (text == "auto") return Policy::AUTO;
   if (text == "off") return Policy::OFF;
-  if (text == "wide") return Policy::WIDE;
-  if (text == "narrow") return Policy::NARROW;
-  throw_error(ErrorKind::INVALID_ARGUMENT,
-              "PYHOROVOD_SHM_DIRECT_ADAPT must be auto, off, wide or narrow, not '" + text + "'");
+  if (text == knob.wide) return Policy::WIDE;
+  if (text == knob.narrow) return Policy::NARROW;
+  throw_error(ErrorKind::INVALID_ARGUMENT, std::string(knob.name) + " must be auto, off, " + knob.wide + " or " +
+                                               knob.narrow + ", not '" + text + "'");
 }
 
 void CopyPathVote::record(bool wide, size_t piece_bytes, double seconds) {
@@ -60,8 +60,8 @@ CopyPathVote::Vote CopyPathVote::poll() {
     case Policy::WIDE:
     case Policy::NARROW: {
       const Vote forced = send(policy_ == Policy::WIDE);
-      if (forced == Vote::WIDE) reason_ = "single copies: PYHOROVOD_SHM_DIRECT_ADAPT=wide";
-      if (forced == Vote::NARROW) reason_ = "the ring: PYHOROVOD_SHM_DIRECT_ADAPT=narrow";
+      if (forced == Vote::WIDE) reason_ = std::string("single copies: ") + knob_.name + "=" + knob_.wide;
+      if (forced == Vote::NARROW) reason_ = std::string("the ring: ") + knob_.name + "=" + knob_.narrow;
       return forced;
     }
     case Policy::AUTO: break;

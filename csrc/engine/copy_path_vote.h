@@ -1,4 +1,5 @@
-// Which copy path the pieces just below the single-copy threshold take, chosen while the job runs.
+// Which copy path the pieces just below the single-copy threshold take, chosen while the job runs; and, with
+// a second instance, which algorithm a large allreduce takes (the end of this comment).
 //
 // Terms. A *piece* is the block one rank sends another in an allgather, alltoall or reducescatter over
 // shared memory. Pieces of at least Transport::direct_bytes() go as one copy between the two ranks'
@@ -27,6 +28,13 @@
 // explore_after calls have passed since it last ran (so that a changed state is noticed). An exploration
 // that changes nothing doubles explore_after (up to kExploreMax), so a steady state pays for it less and
 // less: at 256 calls and a mode 50% slower, 6% on those calls; from 16384 calls on, 0.1%.
+//
+// The allreduce. The same trade holds between the ring allreduce and the single-copy one
+// (algorithms/direct_allreduce.cc): in the slow state a 64 MiB ring allreduce ran 2.8x slower than single
+// copies, in the fast state faster (benchmarks/RESULTS.md, "The large allreduce in the slow state"). A
+// second CopyPathVote times the allreduces direct_allreduce_eligible() admits; its votes ride in their own
+// flags (kRankVoteSingleAllreduce / kRankVoteRingAllreduce) and the mode in kRespSingleCopyAllreduce, with
+// the same majority rule. There "wide" means the single-copy allreduce and "narrow" the ring.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -34,6 +42,15 @@
 #include <string>
 
 namespace phv {
+
+// The knob that sets a vote's policy, and its words for the two modes (wide, narrow).
+struct VoteKnob {
+  const char* name;
+  const char* wide;
+  const char* narrow;
+};
+constexpr VoteKnob kCopyPathKnob{"PYHOROVOD_SHM_DIRECT_ADAPT", "wide", "narrow"};
+constexpr VoteKnob kAllreduceKnob{"PYHOROVOD_ALLREDUCE_SINGLE_COPY", "single", "ring"};
 
 class CopyPathVote {
  public:
@@ -49,9 +66,10 @@ class CopyPathVote {
   static constexpr int64_t kExploreFirst = 256;    // timed calls before the other mode is timed again
   static constexpr int64_t kExploreMax = 16384;
 
-  explicit CopyPathVote(Policy policy = Policy::AUTO) : policy_(policy) {}
-  // Parses PYHOROVOD_SHM_DIRECT_ADAPT's value (auto, off, wide, narrow); throws INVALID_ARGUMENT otherwise.
-  static Policy parse(const std::string& text);
+  explicit CopyPathVote(Policy policy = Policy::AUTO, const VoteKnob& knob = kCopyPathKnob)
+      : policy_(policy), knob_(knob) {}
+  // Parses the knob's value (auto, off, or its words for wide and narrow); throws INVALID_ARGUMENT otherwise.
+  static Policy parse(const std::string& text, const VoteKnob& knob = kCopyPathKnob);
 
   // One eligible call: it ran in mode `wide`, its pieces averaged piece_bytes, it took `seconds`.
   void record(bool wide, size_t piece_bytes, double seconds);
@@ -74,6 +92,7 @@ class CopyPathVote {
   void judge();  // updates prefer_wide_ from both figures, only for a clear gain
 
   Policy policy_;
+  VoteKnob knob_;
   std::array<Window, 2> windows_{};  // [wide]
   int64_t timed_ = 0;                // timed calls, both modes
   bool mode_ = false;                // the mode of the latest call

@@ -33,6 +33,7 @@ struct EngineOptions {
   LogLevel log_level = LogLevel::WARNING;      // HOROVOD_LOG_LEVEL
   std::string gpu_path = "auto";               // PYHOROVOD_GPU_PATH: auto, nccl or staged (gpu_path.h)
   std::string copy_path_adapt = "auto";        // PYHOROVOD_SHM_DIRECT_ADAPT (engine/copy_path_vote.h)
+  std::string allreduce_path_adapt = "auto";   // PYHOROVOD_ALLREDUCE_SINGLE_COPY (engine/copy_path_vote.h)
   // Two-level collectives (algorithms/hierarchy.h): 1 on, 0 off, -1 chosen per size by the model.
   int hierarchical_allreduce = -1;             // HOROVOD_HIERARCHICAL_ALLREDUCE
   int hierarchical_allgather = -1;             // HOROVOD_HIERARCHICAL_ALLGATHER

@@ -1,8 +1,11 @@
 #include "engine/executor.h"
 
+#include "algorithms/direct_copy.h"
+
 #include <cstdint>
 #include <string>
 
+#include "algorithms/direct_copy.h"
 #include "backends/gpu_collective_backend.h"
 #include "common/enforce.h"
 #include "common/error.h"
@@ -145,7 +148,16 @@ void Executor::dispatch(CollectiveBackend& backend, GpuBackend* gpu, const Comm&
   if (gpu != nullptr) ctx.stream = static_cast<intptr_t>(unit.front().op->req.stream);
   OpType kind = static_cast<OpType>(d.kind);
   if (kind == OpType::ALLREDUCE) {
+    // Host allreduces the negotiation's mode may send through single copies are timed in the mode they ran.
+    size_t bytes = 0;
+    for (const UnitEntry& e : unit) bytes += static_cast<size_t>(e.agreed->count()) * dtype_size(d.dtype);
+    const bool timed = gpu == nullptr && d.op != ReduceOp::ADASUM && direct_allreduce_eligible(comm, bytes);
+    const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
     allreduce(backend, comm, unit, ctx);  // its spans come from the backend's phases
+    if (timed) {
+      allreduce_path_.record(comm.transport->single_copy_allreduce(), bytes,
+                             std::chrono::duration<double>(Clock::now() - start).count());
+    }
     return;
   }
   std::string op_span = span_name("", d.kind);

@@ -54,8 +54,9 @@ AlltoallPlan plan_alltoall(CollectiveBackend& host, const Comm& comm, const Requ
 
 class Executor {
  public:
-  Executor(const Tuning& tuning, Timeline& timeline, CopyPathVote::Policy copy_path = CopyPathVote::Policy::AUTO)
-      : host_(tuning), timeline_(timeline), copy_path_(copy_path) {}
+  Executor(const Tuning& tuning, Timeline& timeline, CopyPathVote::Policy copy_path = CopyPathVote::Policy::AUTO,
+           CopyPathVote::Policy allreduce_path = CopyPathVote::Policy::AUTO)
+      : host_(tuning), timeline_(timeline), copy_path_(copy_path), allreduce_path_(allreduce_path, kAllreduceKnob) {}
 
   // Throws HvdError from the backend (the caller adds the request context).
   void run(const Comm& comm, const std::vector<UnitEntry>& unit, Deadline deadline);
@@ -69,6 +70,9 @@ class Executor {
   // The engine thread's: the timings of the calls whose copy path the mode decides, and this rank's vote.
   CopyPathVote& copy_path() { return copy_path_; }
   const CopyPathVote& copy_path() const { return copy_path_; }
+  // The same for the allreduces that may run as single copies (algorithms/direct_allreduce.cc).
+  CopyPathVote& allreduce_path() { return allreduce_path_; }
+  const CopyPathVote& allreduce_path() const { return allreduce_path_; }
 
  private:
   // gpu: the unit's GpuBackend when its buffers are CUDA ones (outputs are allocated there), else null.
@@ -86,6 +90,7 @@ class Executor {
   HostBackend host_;
   Timeline& timeline_;
   CopyPathVote copy_path_;  // times the calls whose copy path the negotiation's mode decides
+  CopyPathVote allreduce_path_;  // times the allreduces whose algorithm the negotiation's mode decides
   std::vector<BufferEntry> entries_;  // reused by every allreduce unit: no allocation per cycle
   std::atomic<GpuBackend*> gpu_{nullptr};
 };

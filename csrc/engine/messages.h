@@ -32,6 +32,8 @@ constexpr uint32_t kRankJoined = 2;    // this rank has a join() pending
 constexpr uint32_t kRankWaiting = 4;   // this rank has reported requests that have not run yet
 constexpr uint32_t kRankVoteWide = 8;     // this rank now prefers wide single copies (copy_path_vote.h)
 constexpr uint32_t kRankVoteNarrow = 16;  // ... now prefers the fixed threshold again
+constexpr uint32_t kRankVoteSingleAllreduce = 32;  // this rank now prefers the single-copy allreduce
+constexpr uint32_t kRankVoteRingAllreduce = 64;    // ... now prefers the ring allreduce again
 
 // ResponseList flags.
 constexpr uint32_t kRespShutdown = 1;     // every rank stops after this round
@@ -39,6 +41,9 @@ constexpr uint32_t kRespJoinDone = 2;     // every rank has joined; join_value i
 constexpr uint32_t kRespAllWaiting = 4;   // nothing can progress until someone enqueues: sleep a cycle
 constexpr uint32_t kRespExpress = 8;      // the following rounds begin with the express round (express_round.h)
 constexpr uint32_t kRespWideCopies = 16;  // the copy-path mode is wide from this round on (copy_path_vote.h)
+constexpr uint32_t kRespSingleCopyAllreduce = 32;  // large allreduces take single copies from this round on
+// The flags that only carry the negotiation's modes: a round with nothing else is still a steady one.
+constexpr uint32_t kRespModeFlags = kRespWideCopies | kRespSingleCopyAllreduce;
 
 struct Expiry {
   Key key;

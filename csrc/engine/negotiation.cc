@@ -36,7 +36,8 @@ Coordinator::Coordinator(int world, ProcessSetRegistry& sets, ResponseCache& cac
       stall_(options.stall_check_s, options.stall_shutdown_s, options.stall_check_disable),
       joined_(static_cast<size_t>(world), 0),
       join_order_(static_cast<size_t>(world), 0),
-      votes_wide_(static_cast<size_t>(world), 0) {}
+      votes_wide_(static_cast<size_t>(world), 0),
+      votes_single_allreduce_(static_cast<size_t>(world), 0) {}
 
 void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out) {
   Clock::time_point now = Clock::now();
@@ -54,6 +55,8 @@ void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out
     if ((m.flags & kRankShutdown) && shutdown_rank < 0) shutdown_rank = r;
     if (m.flags & (kRankVoteWide | kRankVoteNarrow))
       votes_wide_[static_cast<size_t>(r)] = (m.flags & kRankVoteWide) != 0;
+    if (m.flags & (kRankVoteSingleAllreduce | kRankVoteRingAllreduce))
+      votes_single_allreduce_[static_cast<size_t>(r)] = (m.flags & kRankVoteSingleAllreduce) != 0;
     if (m.n_news > 0 || m.n_expiries > 0) any_new = true;
   }
 
@@ -97,6 +100,8 @@ void Coordinator::decide(const std::vector<RankMessage>& msgs, ResponseList& out
   }
   const auto wide = std::count(votes_wide_.begin(), votes_wide_.end(), uint8_t{1});
   if (2 * wide > world_) out.flags |= kRespWideCopies;
+  const auto single = std::count(votes_single_allreduce_.begin(), votes_single_allreduce_.end(), uint8_t{1});
+  if (2 * single > world_) out.flags |= kRespSingleCopyAllreduce;
 }
 
 void Coordinator::take_new(const std::vector<RankMessage>& msgs, Clock::time_point now) {

@@ -15,7 +15,8 @@
 // that never submitted; a non-allreduce while a member has joined -> INTERNAL). Header flags: shutdown
 // (any rank asked, or the stall inspector's limit), join done (all ranks joined; value = last to join),
 // all waiting (nothing can progress until an enqueue: everyone sleeps a cycle instead of spinning), wide
-// copies (more than half the ranks' last copy-path votes were for wide single copies: copy_path_vote.h).
+// copies (more than half the ranks' last copy-path votes were for wide single copies: copy_path_vote.h),
+// single-copy allreduce (the same for the allreduce votes).
 #pragma once
 #include <cstdint>
 #include <unordered_map>
@@ -98,6 +99,7 @@ class Coordinator {
   std::vector<uint64_t> join_order_;          // 0: not joined; else order in which ranks joined
   uint64_t join_counter_ = 0;
   std::vector<uint8_t> votes_wide_;           // per rank: its last copy-path vote was for wide
+  std::vector<uint8_t> votes_single_allreduce_;  // per rank: its last allreduce vote was for single copies
   std::vector<uint64_t> or_bits_;
   std::vector<std::pair<uint64_t, Key>> ready_;
   std::vector<const Expiry*> expiries_;

@@ -26,7 +26,8 @@ Runner::Runner(int rank, int size, const Tuning& tuning, const EngineOptions& op
       timeline_(timeline),
       callers_(callers),
       abort_(abort),
-      executor_(tuning, timeline, CopyPathVote::parse(options.copy_path_adapt)),
+      executor_(tuning, timeline, CopyPathVote::parse(options.copy_path_adapt),
+                CopyPathVote::parse(options.allreduce_path_adapt, kAllreduceKnob)),
       gpu_(rank, size, options, executor_) {
   // The stall inspector's limits, applied to bytes in flight too (transfer_watch.h).
   double warn_s = options.stall_check_disable ? 0 : std::max(0.0, options.stall_check_s);
@@ -134,6 +135,11 @@ bool Runner::build_message(const RoundStop& stop, Deadline& round_deadline) {
     msg_.flags |= vote == CopyPathVote::Vote::WIDE ? kRankVoteWide : kRankVoteNarrow;
     log(LogLevel::DEBUG, "rank ", rank_, " votes for ", executor_.copy_path().reason());
   }
+  const CopyPathVote::Vote allreduce_vote = executor_.allreduce_path().poll();
+  if (allreduce_vote != CopyPathVote::Vote::NONE) {
+    msg_.flags |= allreduce_vote == CopyPathVote::Vote::WIDE ? kRankVoteSingleAllreduce : kRankVoteRingAllreduce;
+    log(LogLevel::DEBUG, "rank ", rank_, " votes for the allreduce of ", executor_.allreduce_path().reason());
+  }
   round_deadline = now + seconds_to_duration(options_.timeout_s);
   if (earliest != Deadline::max()) {
     Deadline soft = std::max(earliest, now) + seconds_to_duration(kRoundGraceS);
@@ -190,7 +196,9 @@ void Runner::log_stats() const {
       stats_.express_missed, " express misses, ", executor_.copy_path().calls(true), " of ",
       executor_.copy_path().calls(true) + executor_.copy_path().calls(false),
       " calls below the single-copy threshold run as single copies, ", executor_.copy_path().votes(),
-      " copy-path votes");
+      " copy-path votes, ", executor_.allreduce_path().calls(true), " of ",
+      executor_.allreduce_path().calls(true) + executor_.allreduce_path().calls(false),
+      " large allreduces run as single copies, ", executor_.allreduce_path().votes(), " allreduce votes");
 }
 
 }  // namespace phv

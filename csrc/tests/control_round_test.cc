@@ -81,6 +81,7 @@ class World {
   }
   const ResponseList& last_list() const { return *last_; }
   bool wide(int r) const { return transports_[static_cast<size_t>(r)]->wide_direct(); }
+  bool single_allreduce(int r) const { return transports_[static_cast<size_t>(r)]->single_copy_allreduce(); }
 
   void expect_round(const std::string& what, const std::string& want) {
     std::string got = round(what);
@@ -109,6 +110,7 @@ class World {
     if (list.flags & kRespJoinDone) out += " [join done: " + std::to_string(list.join_value) + "]";
     if (list.flags & kRespShutdown) out += " [shutdown by " + std::to_string(list.shutdown_rank) + "]";
     if (list.flags & kRespWideCopies) out += " [wide]";
+    if (list.flags & kRespSingleCopyAllreduce) out += " [single]";
     return out;
   }
 
@@ -199,35 +201,50 @@ void test_inline(int p) {
          std::to_string(sum[0]) + ", " + std::to_string(sum[1]));
 }
 
-void test_copy_path_votes(int p) {
-  // The mode is wide while more than half the ranks' last votes were for it; a vote counts until the
-  // rank votes again, every rank's transport takes the mode, and it leaves express mode alone.
+// One of the negotiation's two modes, as its votes, its response flag, its mark in a described list and its
+// setting in a transport.
+struct ModeVote {
+  const char* name;
+  uint32_t vote_on, vote_off, resp;
+  const char* mark;
+  bool (World::*in_transport)(int) const;
+};
+
+void test_mode_votes(int p, const ModeVote& m) {
+  // The mode is on while more than half the ranks' last votes were for it; a vote counts until the rank
+  // votes again, every rank's transport takes the mode, and it leaves express mode alone.
   World w(p);
-  const std::string tag = "[p=" + std::to_string(p) + "] ";
+  const std::string tag = "[p=" + std::to_string(p) + ", " + m.name + "] ";
   Desc x = make_desc("x", OpType::ALLREDUCE, 1 << 20);
   w.report_everywhere(x);
   w.expect_round("x, no votes", "FULL x");
-  int wide_votes = 0;
+  int on_votes = 0;
   for (int r = 0; r < p; ++r) {
-    w.msg(r).flags |= kRankVoteWide;
-    ++wide_votes;
+    w.msg(r).flags |= m.vote_on;
+    ++on_votes;
     for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
-    const bool wide = 2 * wide_votes > p;
-    w.expect_round("ranks 0.." + std::to_string(r) + " voted wide",
-                   std::string("CACHED@0 x") + (wide ? " [wide]" : ""));
-    for (int q = 0; q < p; ++q) expect(w.wide(q) == wide, tag + "every transport took the mode");
+    const bool on = 2 * on_votes > p;
+    w.expect_round(tag + "ranks 0.." + std::to_string(r) + " voted for it",
+                   std::string("CACHED@0 x") + (on ? m.mark : ""));
+    for (int q = 0; q < p; ++q) expect((w.*m.in_transport)(q) == on, tag + "every transport took the mode");
   }
   for (int round = 0; round < ControlRound::kExpressAfter; ++round) {
     for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
     w.round("steady, no new votes");
   }
-  expect((w.last_list().flags & (kRespWideCopies | kRespExpress)) == (kRespWideCopies | kRespExpress),
-         tag + "votes are remembered, and a wide mode does not keep express mode off");
+  expect((w.last_list().flags & (m.resp | kRespExpress)) == (m.resp | kRespExpress),
+         tag + "votes are remembered, and the mode does not keep express mode off");
   for (int q = 0; q < p; ++q) w.report_bit(q, x.key());
-  w.msg(0).flags |= kRankVoteNarrow;
+  w.msg(0).flags |= m.vote_off;
   const bool still = 2 * (p - 1) > p;
-  w.expect_round("rank 0 votes narrow", std::string("CACHED@0 x") + (still ? " [wide]" : ""));
-  for (int q = 0; q < p; ++q) expect(w.wide(q) == still, tag + "every transport took the mode again");
+  w.expect_round(tag + "rank 0 votes against it", std::string("CACHED@0 x") + (still ? m.mark : ""));
+  for (int q = 0; q < p; ++q) expect((w.*m.in_transport)(q) == still, tag + "every transport took the mode again");
+}
+
+void test_copy_path_votes(int p) {
+  test_mode_votes(p, {"copy path", kRankVoteWide, kRankVoteNarrow, kRespWideCopies, " [wide]", &World::wide});
+  test_mode_votes(p, {"allreduce", kRankVoteSingleAllreduce, kRankVoteRingAllreduce, kRespSingleCopyAllreduce,
+                      " [single]", &World::single_allreduce});
 }
 
 void test_join(int p) {

@@ -102,6 +102,20 @@ void test_fixed_policies() {
     threw = e.kind() == ErrorKind::INVALID_ARGUMENT && std::string(e.what()).find("sometimes") != std::string::npos;
   }
   expect(threw, "an unknown policy is an argument error that quotes it");
+  // The allreduce's vote: its own words, and its knob in what it says.
+  CopyPathVote single(CopyPathVote::parse("single", kAllreduceKnob), kAllreduceKnob);
+  expect(single.poll() == Vote::WIDE && single.reason() == "single copies: PYHOROVOD_ALLREDUCE_SINGLE_COPY=single",
+         "single: votes for single copies, and says why", single.reason());
+  expect(CopyPathVote::parse("ring", kAllreduceKnob) == CopyPathVote::Policy::NARROW, "ring: the other mode");
+  threw = false;
+  try {
+    CopyPathVote::parse("wide", kAllreduceKnob);
+  } catch (const HvdError& e) {
+    const std::string what = e.what();
+    threw =
+        what.find("PYHOROVOD_ALLREDUCE_SINGLE_COPY must be auto, off, single or ring, not 'wide'") != std::string::npos;
+  }
+  expect(threw, "the copy path's words are not the allreduce's");
 }
 
 }  // namespace

@@ -3,10 +3,13 @@
 // bytes, a bad address -> EFAULT, a missing process -> ESRCH); the connect-time agreement (on only where every rank can and
 // wants, the largest threshold; off on every rank when one rank's probe is refused or one rank turns it
 // off, and over TCP); allgather, broadcast, alltoall and reducescatter taking the single copy, with exact
-// results, uneven blocks, an in-place allgather, and alltoall mixing copied and ring blocks; a failing
-// read or write names our rank, the peer and the op.
+// results, uneven blocks, an in-place allgather, and alltoall mixing copied and ring blocks; the single-copy
+// allreduce with every op, in place, out of place and both mixed, over several pieces, chosen only while
+// the negotiated mode is on and the buffer is large enough; a failing read or write names our rank, the peer
+// and the op.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -166,6 +169,68 @@ void test_collectives(int n) {
   });
 }
 
+// The single-copy allreduce (direct_allreduce.cc), called directly: int32 over 2.5 pieces (1 MiB each) of
+// rank 0's block, uneven blocks, every op; ranks in place and out of place at once (a joined rank reduces in
+// place while the others pass their input); a float32 AVERAGE's postscale; the choice in allreduce().
+void test_allreduce(int n) {
+  MemoryStore store;
+  auto mesh = make_mesh(store, n, "allreduce" + std::to_string(n), Setup{});
+  const std::string at = " at " + std::to_string(n) + " ranks";
+  run(mesh, [&](const Comm& comm) {
+    const int r = comm.rank();
+    const size_t count = n * (size_t(5) << 20) / 8 + 3;  // rank 0's block: 2.5 MiB of int32
+    for (ReduceOp op : {ReduceOp::SUM, ReduceOp::MIN, ReduceOp::MAX, ReduceOp::PRODUCT}) {
+      std::vector<int32_t> want(count);
+      for (size_t i = 0; i < count; ++i) {
+        int32_t acc = value(0, i);
+        for (int q = 1; q < n; ++q) {
+          const int32_t v = value(q, i);
+          if (op == ReduceOp::SUM) acc += v;
+          if (op == ReduceOp::MIN) acc = std::min(acc, v);
+          if (op == ReduceOp::MAX) acc = std::max(acc, v);
+          if (op == ReduceOp::PRODUCT)
+            acc = static_cast<int32_t>(static_cast<uint32_t>(acc) * static_cast<uint32_t>(v));
+        }
+        want[i] = acc;
+      }
+      for (int in_place_rank : {-1, 1 % n, n}) {  // -1: every rank out of place; n: every rank in place
+        std::vector<int32_t> in(count), buf(count, 7);
+        for (size_t i = 0; i < count; ++i) in[i] = value(r, i);
+        const std::vector<int32_t> before = in;
+        if (in_place_rank == n || in_place_rank == r) {
+          direct_allreduce(comm, in.data(), count, DataType::INT32, op, soon());
+          buf = in;
+        } else {
+          direct_allreduce(comm, buf.data(), count, DataType::INT32, op, soon(), 1.0, in.data());
+          expect(in == before, "allreduce left its input" + at);
+        }
+        expect(buf == want, "allreduce op " + std::to_string(static_cast<int>(op)) + ", in place at rank " +
+                                std::to_string(in_place_rank) + at);
+      }
+    }
+    std::vector<float> avg(count);
+    for (size_t i = 0; i < count; ++i) avg[i] = static_cast<float>(n * value(r, i));
+    direct_allreduce(comm, avg.data(), count, DataType::FLOAT32, ReduceOp::SUM, soon(), 1.0 / n);
+    bool ok = true;
+    for (size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int q = 0; q < n; ++q) sum += static_cast<float>(value(q, i));
+      ok = ok && avg[i] == sum;
+    }
+    expect(ok, "allreduce average" + at);
+    // The choice: eligible from kDirectAllreduceMinBytes; taken only while the negotiated mode is on.
+    CHECK(!direct_allreduce_eligible(comm, kDirectAllreduceMinBytes - 1));
+    CHECK(direct_allreduce_eligible(comm, kDirectAllreduceMinBytes));
+    CHECK(!use_direct_allreduce(comm, kDirectAllreduceMinBytes));
+    comm.transport->set_single_copy_allreduce(true);
+    CHECK(use_direct_allreduce(comm, kDirectAllreduceMinBytes));
+    std::vector<int32_t> big(kDirectAllreduceMinBytes / 4, r + 1);
+    allreduce(comm, big.data(), big.size(), DataType::INT32, ReduceOp::SUM, Tuning{}, soon());
+    comm.transport->set_single_copy_allreduce(false);
+    expect(big == std::vector<int32_t>(big.size(), n * (n + 1) / 2), "allreduce() through single copies" + at);
+  });
+}
+
 void test_read_failure() {
   MemoryStore store;
   auto mesh = make_mesh(store, 2, "fail", Setup{});
@@ -187,6 +252,7 @@ int main() {
   test_read_own_memory();
   test_agreement();
   for (int n : {2, 3, 4}) test_collectives(n);
+  for (int n : {2, 3, 4}) test_allreduce(n);
   test_read_failure();
   return finish("cross_memory_test");
 }

@@ -39,6 +39,8 @@ class ExplainingTransport : public Transport {
   size_t broadcast_direct_bytes() const override { return inner_.broadcast_direct_bytes(); }
   void set_wide_direct(bool wide) override { inner_.set_wide_direct(wide); }
   bool wide_direct() const override { return inner_.wide_direct(); }
+  void set_single_copy_allreduce(bool on) override { inner_.set_single_copy_allreduce(on); }
+  bool single_copy_allreduce() const override { return inner_.single_copy_allreduce(); }
   size_t direct_bytes_in(bool wide) const override { return inner_.direct_bytes_in(wide); }
   void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op) override;
   void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op) override;

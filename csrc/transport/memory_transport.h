@@ -34,9 +34,11 @@ class MemoryTransport : public Transport {
   void progress(std::vector<RequestId>& completed, Deadline deadline) override;
   size_t pending() const override;
   std::string describe_peer(int peer) const override;
-  // Kept only so that tests can see the negotiation's copy-path mode (no single copies here).
+  // Kept only so that tests can see the negotiation's modes (no single copies here).
   void set_wide_direct(bool wide) override { wide_ = wide; }
   bool wide_direct() const override { return wide_; }
+  void set_single_copy_allreduce(bool on) override { single_copy_allreduce_ = on; }
+  bool single_copy_allreduce() const override { return single_copy_allreduce_; }
 
   // Makes every rank's next progress() fail with PEER_LOST (a test whose thread died calls this so the
   // others stop waiting instead of running into their deadlines).
@@ -46,6 +48,7 @@ class MemoryTransport : public Transport {
   std::shared_ptr<MemoryWorld> world_;
   int rank_;
   bool wide_ = false;
+  bool single_copy_allreduce_ = false;
 };
 
 // One transport per rank of a world of `size` threads.

@@ -51,6 +51,8 @@ class TcpTransport : public Transport, private LinkHost {
   size_t direct_bytes() const override { return direct_bytes_in(wide_direct_); }
   void set_wide_direct(bool wide) override { wide_direct_ = wide; }
   bool wide_direct() const override { return wide_direct_; }
+  void set_single_copy_allreduce(bool on) override { single_copy_allreduce_ = on; }
+  bool single_copy_allreduce() const override { return single_copy_allreduce_; }
   size_t direct_bytes_in(bool wide) const override {
     return wide ? std::min(direct_.direct_bytes, kWideDirectBytes) : direct_.direct_bytes;
   }
@@ -101,6 +103,7 @@ class TcpTransport : public Transport, private LinkHost {
   bool all_local_ = false;  // setup_shm_links(): every rank on this host with shared memory enabled
   CrossMemory direct_;      // setup_cross_memory(): the agreed single-copy threshold and the peers' pids
   bool wide_direct_ = false;  // set_wide_direct(): the negotiation's copy-path mode
+  bool single_copy_allreduce_ = false;  // set_single_copy_allreduce(): the negotiation's allreduce mode
   std::vector<std::unique_ptr<Link>> links_;  // index: peer rank
   SelfLink* self_ = nullptr;                  // links_[rank_]
   std::vector<RequestId> done_;  // completed, not yet reported by progress()

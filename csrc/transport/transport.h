@@ -75,6 +75,10 @@ class Transport {
   virtual void set_wide_direct(bool /*wide*/) {}
   virtual bool wide_direct() const { return false; }
   virtual size_t direct_bytes_in(bool /*wide*/) const { return direct_bytes(); }
+  // The negotiation's allreduce mode (engine/copy_path_vote.h), the same on every rank between rounds: while
+  // on, the allreduces algorithms/direct_copy.h admits run as single copies instead of the ring.
+  virtual void set_single_copy_allreduce(bool /*on*/) {}
+  virtual bool single_copy_allreduce() const { return false; }
   virtual void read_direct(int peer, uint64_t addr, void* dst, size_t len, const char* op);
   virtual void write_direct(int peer, uint64_t addr, const void* src, size_t len, const char* op);
 

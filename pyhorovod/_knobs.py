@@ -165,7 +165,7 @@ KNOBS: Tuple[Knob, ...] = (
          "once", choices={"auto": "auto", "off": "off", "wide": "wide", "narrow": "narrow"},
          field="shm_direct_adapt", option="engine.copy_path_adapt", newer_core=True),
     Knob("PYHOROVOD_ALLREDUCE_SINGLE_COPY", "choice", "auto", "shared memory: `auto` times the allreduces of at "
-         "least 4 MiB whose blocks (1/size of the buffer) reach the single-copy threshold in both algorithms "
+         "least 8 MiB whose blocks (1/size of the buffer) reach the single-copy threshold in both algorithms "
          "and votes each rank's faster one; while more than half the ranks vote for single copies, those "
          "allreduces read and write each other's buffers directly (process_vm_readv / writev) instead of "
          "going through the ring (which slows several-fold where the host's cores hand cache lines to each "

@@ -14,7 +14,7 @@ import pytest
 from mp import run_ranks
 
 STATS = re.compile(r"(\d+) of (\d+) large allreduces run as single copies, (\d+) allreduce votes")
-MIN_BYTES = 16 << 20               # kDirectAllreduceMinBytes: smaller allreduces always take the ring
+MIN_BYTES = 8 << 20                # kDirectAllreduceMinBytes: smaller allreduces always take the ring
 ELEMENTS = MIN_BYTES // 4 + 3      # float32s: just over the smallest eligible size, and uneven
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]
 
@@ -62,8 +62,8 @@ def body_every_op():
             assert np.array_equal(out, (sum(xs) / n).astype(dtype)), ("average", dtype)
             calls += 1
     _random_sum_in_rank_order(hvd, True)
-    # 33 tensors of 512 KiB reduced as one group: fused into one allreduce of 16.5 MiB.
-    outs = hvd.grouped_allreduce([np.full(128 << 10, 10 * r + i, np.float32) for i in range(33)], op=hvd.Sum,
+    # 17 tensors of 512 KiB reduced as one group: fused into one allreduce of 8.5 MiB.
+    outs = hvd.grouped_allreduce([np.full(128 << 10, 10 * r + i, np.float32) for i in range(17)], op=hvd.Sum,
                                  name="fused")
     for i, out in enumerate(outs):
         assert np.array_equal(out, np.full(128 << 10, sum(10 * q + i for q in range(n)), np.float32)), i

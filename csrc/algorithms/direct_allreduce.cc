@@ -7,11 +7,13 @@
 //     cache-sized scratch and reduces in rank order 0, 1, .., p-1, the order direct_reducescatter uses, so
 //     the result does not depend on which rank reduced a block and equals allgather(reducescatter(x)).
 //     AVERAGE's 1/size (postscale) is applied to each finished piece while it is in cache.
-//  2. It writes its finished block straight into block r of every peer's output, then tells the peer it is
-//     done with its memory.
+//  2. It writes each finished piece straight into block r of every peer's output while the piece is still
+//     in cache (1.17-1.26x faster at 64-256 MiB than writing the whole block afterwards, paired), and, at
+//     the end, tells every peer it is done with its memory.
 // Why it is safe without a step between: only rank r reads the peers' block r and only rank r writes it;
-// rank r writes a peer's block r only after it finished reading it, and no rank touches its own block q
-// (q != r). A rank returns when every peer has said it is done, so its memory is no longer in use.
+// rank r writes a piece of a peer's block r only after it read that piece from every peer, and no rank
+// touches its own block q (q != r). A rank returns when every peer has said it is done, so its memory is
+// no longer in use.
 //
 // Copies per rank for M bytes: (p-1)/p M read in, (p-1)/p M written out, both by the kernel (CMA), and no
 // cache line goes back and forth between cores: the ring over shared memory copies 3(p-1)/p M and hands
@@ -101,11 +103,12 @@ void direct_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, Re
     reduce_to(block + at, a, b, items, dt, op);
     for (int q = 2; q < p; ++q) reduce_into(block + at, operand(q, first), items, dt, op);
     if (postscale != 1.0) scale_buffer(block + at, items, dt, postscale);
+    // The finished piece, still in cache, into every peer's output: starting with the right neighbour, so
+    // that the writers spread over the ranks.
+    for (int s = 1; s < p; ++s) writes.write((r + s) % p, mine, at, block + at, n);
   }
-  for (int s = 1; s < p; ++s) {
-    const int q = (r + s) % p;  // starting with the right neighbour, so that writers spread over the ranks
-    if (mine > 0) writes.write(q, mine, 0, block, mine);
-    writes.post_done(q);
+  for (int q = 0; q < p; ++q) {
+    if (q != r) writes.post_done(q);
   }
   for (int q = 0; q < p; ++q) {
     if (q != r) writes.post_wait_done(q);  // until then the peer may still be reading or writing our memory

@@ -77,8 +77,11 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
 // (input: out of place, not overlapping buf). It is a choice the negotiation makes while the job runs
 // (Transport::single_copy_allreduce), for buffers direct_allreduce_eligible() admits: at least
 // kDirectAllreduceMinBytes, and blocks of a rank at least the single-copy threshold. Both depend only on
-// sizes and facts every rank shares, so every rank takes the same algorithm.
-constexpr size_t kDirectAllreduceMinBytes = size_t(16) << 20;
+// sizes and facts every rank shares, so every rank takes the same algorithm. Below 8 MiB the ring works
+// in cache and single copies lost in the fast state (2 ranks: 0.44x at 2 MiB); from 8 MiB they were even or
+// faster (1.04 at 8 MiB, 1.05-1.36 at 32-256 MiB), and 3.5-4.4x faster in the slow state
+// (benchmarks/RESULTS.md, "The single-copy allreduce").
+constexpr size_t kDirectAllreduceMinBytes = size_t(8) << 20;
 bool direct_allreduce_eligible(const Comm& comm, size_t bytes);
 bool use_direct_allreduce(const Comm& comm, size_t bytes);  // eligible, and the negotiated mode is on
 void direct_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, ReduceOp op, Deadline deadline,

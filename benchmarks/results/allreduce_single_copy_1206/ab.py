@@ -18,14 +18,17 @@ x = np.ones(n, np.float32)
 reps = max(3, min(20, (64 << 20) // (4 * n)))
 
 
-def ours(single):
+def ours(single, pipe="0"):
     def call():
         os.environ["PHV_AB_SINGLE"] = single
+        os.environ["PHV_AB_PIPE"] = pipe
         hvd.allreduce_(x, op=hvd.Sum)
     return call
 
 
 cands = {"ring": ours("0"), "single": ours("1"), "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, x)}
+if os.environ.get("AB_PIPE"):
+    cands["pipe"] = ours("1", "1")
 t = {c: [] for c in cands}
 for rnd in range(int(sys.argv[2]) if len(sys.argv) > 2 else 11):
     for c, f in cands.items():
@@ -42,5 +45,7 @@ if hvd.rank() == 0:
     print(f"np {comm.size} {sys.argv[1]} MiB, median ms:", " ".join(f"{c} {v * 1e3:.2f}" for c, v in med.items()),
           "| ring/single", f"{st.median([a / b for a, b in zip(t['ring'], t['single'])]):.2f}",
           "| mpi/single", f"{st.median([a / b for a, b in zip(t['mpi'], t['single'])]):.2f}",
-          "| mpi/ring", f"{st.median([a / b for a, b in zip(t['mpi'], t['ring'])]):.2f}", flush=True)
+          "| mpi/ring", f"{st.median([a / b for a, b in zip(t['mpi'], t['ring'])]):.2f}",
+          *(["| single/pipe", f"{st.median([a / b for a, b in zip(t['single'], t['pipe'])]):.2f}"]
+            if "pipe" in t else []), flush=True)
 hvd.shutdown()

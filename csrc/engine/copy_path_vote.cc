@@ -79,7 +79,9 @@ CopyPathVote::Vote CopyPathVote::poll() {
     std::ostringstream why;
     why << (vote == Vote::WIDE ? "single copies" : "the ring") << ": ";
     if (stale) {
-      why << (mode_ ? "the ring" : "single copies") << " not timed for " << explore_after_ << " calls";
+      why << (mode_ ? "the ring" : "single copies");
+      if (other.last_call < 0) why << " not timed yet";
+      else why << " not timed for " << explore_after_ << " calls";
     } else {
       why << "ring " << windows_[0].figure << " ns/byte, single copies " << windows_[1].figure << " ns/byte";
     }

@@ -28,7 +28,8 @@ for rnd in range(9):
             hvd.allreduce_(x, op=hvd.Sum)
         t[k].append(comm.allreduce((time.perf_counter() - t0) / reps, op=MPI.MAX))
 if hvd.rank() == 0:
-    print(f"np {comm.size} {sys.argv[1]} MiB, median ms:", " ".join(f"{k} {st.median(v) * 1e3:.2f}" for k, v in t.items()),
+    print(f"np {comm.size} {sys.argv[1]} MiB, median ms:",
+          " ".join(f"{k} {st.median(v) * 1e3:.2f}" for k, v in t.items()),
           "| 1M/256K", f"{st.median([a / b for a, b in zip(t['1048576'], t['262144'])]):.2f}",
           "| 1M/4M", f"{st.median([a / b for a, b in zip(t['1048576'], t['4194304'])]):.2f}", flush=True)
 hvd.shutdown()

@@ -187,3 +187,34 @@ def test_torch_bfloat16_and_float16_as_single_copies():
     for calls, (ran_single, timed, _) in run(body_torch_half_floats, 2,
                                               extra_env={"PYHOROVOD_ALLREDUCE_SINGLE_COPY": "single"}):
         assert ran_single == timed == calls, (ran_single, timed, calls)
+
+
+def body_killed_mid_copy():
+    """Rank 1 is killed (SIGKILL) while single-copy allreduces of 64 MiB run; the others must raise
+    HorovodInternalError naming themselves and the op, not hang and not crash."""
+    import signal
+    import threading
+    os.environ["PYHOROVOD_ALLREDUCE_SINGLE_COPY"] = "single"
+    import pyhorovod as hvd
+    hvd.init()
+    r = hvd.rank()
+    x = np.ones((64 << 20) // 4, np.float32)
+    hvd.allreduce_(x, op=hvd.Sum, name="warm")
+    if r == 1:
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    try:
+        for i in range(1000):
+            hvd.allreduce_(x, op=hvd.Sum, name="big")
+    except hvd.HorovodInternalError as e:
+        return {"type": type(e).__name__, "message": str(e)}
+    return {"type": None, "message": "no error"}
+
+
+def test_a_rank_killed_during_single_copies_fails_the_others_cleanly():
+    results = run_ranks(body_killed_mid_copy, 3, timeout=120, check=False, collective_timeout=30, grace=90)
+    assert results[1].returncode == -9, results[1]
+    for r in (0, 2):
+        res = results[r]
+        assert res.returncode == 0 and res.value is not None, f"rank {r}:\n{res.stdout}\n{res.stderr}"
+        assert res.value["type"] in ("HorovodInternalError", "HorovodTimeoutError"), res.value
+        assert f"rank {r}" in res.value["message"] and "'big'" in res.value["message"], res.value

@@ -29,9 +29,11 @@
 // that changes nothing doubles explore_after (up to kExploreMax), so a steady state pays for it less and
 // less: at 256 calls and a mode 50% slower, 6% on those calls; from 16384 calls on, 0.1%.
 //
-// The allreduce. The same trade holds between the ring allreduce and the single-copy one
-// (algorithms/direct_allreduce.cc): in the slow state a 64 MiB ring allreduce ran 2.8x slower than single
-// copies, in the fast state faster (benchmarks/RESULTS.md, "The large allreduce in the slow state"). A
+// The allreduce. A like trade holds between the ring allreduce and the single-copy one
+// (algorithms/direct_allreduce.cc): in the slow state single copies ran 3.5-4.4x faster than the ring, in
+// the fast state 1.0-1.6x from 8 MiB, while below 8 MiB the ring, working in cache, wins (benchmarks/
+// RESULTS.md, "The single-copy allreduce"). Which is faster depends on the host, its state and the sizes, so
+// a rank measures rather than assumes. A
 // second CopyPathVote times the allreduces direct_allreduce_eligible() admits; its votes ride in their own
 // flags (kRankVoteSingleAllreduce / kRankVoteRingAllreduce) and the mode in kRespSingleCopyAllreduce, with
 // the same majority rule. There "wide" means the single-copy allreduce and "narrow" the ring.

@@ -1,7 +1,5 @@
 #include "engine/executor.h"
 
-#include "algorithms/direct_copy.h"
-
 #include <cstdint>
 #include <string>
 

@@ -30,29 +30,6 @@
 #include "transport/cross_memory.h"
 
 namespace phv {
-namespace {
-
-// Pieces of a block are read and reduced at this size, so that the reductions run in cache.
-constexpr size_t kPieceBytes = size_t(1) << 20;
-
-// Three piece-sized scratch buffers whose starts can be moved to any copy phase (cross_memory.h), kept by
-// the thread from call to call: fresh ones would be zeroed, and their pages faulted in, on every call
-// (1.15-1.20x slower at 8 MiB, paired).
-class Scratch {
- public:
-  explicit Scratch(size_t piece) : stride_(piece + kCopyLineBytes) {
-    thread_local std::vector<char> area;
-    if (area.size() < 3 * stride_) area.resize(3 * stride_);
-    base_ = area.data();
-  }
-  char* at(int which, size_t phase) const { return at_copy_phase(base_ + static_cast<size_t>(which) * stride_, phase); }
-
- private:
-  size_t stride_;
-  char* base_;
-};
-
-}  // namespace
 
 bool use_direct_allreduce(const Comm& comm, size_t bytes) {
   return comm.transport->single_copy_allreduce() && direct_allreduce_eligible(comm, bytes);
@@ -91,9 +68,9 @@ void direct_allreduce(const Comm& comm, void* buf, size_t count, DataType dt, Re
   const size_t mine = bytes_of(r);
   char* block = out + offset_of(r);
   const char* own = src + offset_of(r);
-  const size_t piece = std::max(esize, kPieceBytes / esize * esize);
-  const Scratch scratch(std::min(piece, mine));
-  enum { kFirst, kSecond, kSaved };  // which scratch buffer
+  const size_t piece = std::max(esize, kReducePieceBytes / esize * esize);
+  enum { kFirst, kSecond, kSaved, kBuffers };  // the scratch buffers
+  const PieceScratch scratch(std::min(piece, mine), kBuffers);
   for (size_t at = 0; at < mine; at += piece) {
     const size_t n = std::min(piece, mine - at), items = n / esize;
     // In place, ranks after 1 overwrite their own piece before they reach it in rank order: keep it.

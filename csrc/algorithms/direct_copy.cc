@@ -32,8 +32,6 @@ namespace phv {
 namespace {
 
 constexpr size_t kDescriptorBytes = 16;  // {address u64, length u64}, little-endian
-// reducescatter reads another rank's block in pieces of this size and reduces each while in cache.
-constexpr size_t kReducePieceBytes = size_t(1) << 20;
 // An out-of-place broadcast's root writes no share of the readers' buffers from this size up (it copies
 // the whole buffer into its own output instead). At 2 ranks that gained 13-30% at 16-64 MiB, went both
 // ways at 8 MiB (0.80-1.25) and lost 10-52% at 2-4 MiB, where numpy's inputs are on small pages, which
@@ -52,6 +50,17 @@ bool use_direct(const Comm& comm, size_t bytes) {
 bool use_direct_broadcast(const Comm& comm, size_t share) {
   const size_t t = comm.transport->broadcast_direct_bytes();
   return comm.size() > 1 && t > 0 && share >= t;
+}
+
+PieceScratch::PieceScratch(size_t piece, int count) : stride_(piece + kCopyLineBytes) {
+  thread_local std::vector<char> area;
+  const size_t bytes = static_cast<size_t>(count) * stride_;
+  if (area.size() < bytes) area.resize(bytes);
+  base_ = area.data();
+}
+
+char* PieceScratch::at(int which, size_t phase) const {
+  return at_copy_phase(base_ + static_cast<size_t>(which) * stride_, phase);
 }
 
 bool ranges_overlap(const void* a, size_t an, const void* b, size_t bn) {
@@ -243,7 +252,7 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
     const size_t piece = std::max(esize, kReducePieceBytes / esize * esize);
     // Each piece lands where its source lies within a 64-byte line: the kernel's copy between unlike
     // offsets runs at a fraction of its speed (transport/cross_memory.h).
-    std::vector<char> scratch(std::min(piece, my_bytes) + kCopyLineBytes);
+    const PieceScratch scratch(std::min(piece, my_bytes), 1);
     for (int q = 1; q < p; ++q) {
       if (q == r) {
         reduce_into(out, own, mine.count, dt, op);
@@ -251,7 +260,7 @@ void direct_reducescatter(const Comm& comm, const void* input, void* output, con
       }
       for (size_t at = 0; at < my_bytes; at += piece) {
         const size_t n = std::min(piece, my_bytes - at);
-        char* s = at_copy_phase(scratch.data(), x.phase(q, my_bytes, at, esize));
+        char* s = scratch.at(0, x.phase(q, my_bytes, at, esize));
         x.read(q, my_bytes, at, s, n);
         reduce_into(out + at, s, n / esize, dt, op);
       }
